@@ -1,0 +1,54 @@
+# shardwise: Keras 3.15.1 (JAX) as a patch series. `make help` lists targets.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+TREE ?= fork
+CHUNK ?= 1/1
+
+.DEFAULT_GOAL := help
+.PHONY: help venv tree patches check-series wheel test test-full \
+	compare-full demo lint clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
+		awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@echo "  Variables: TREE=fork|upstream (test, test-full), CHUNK=i/N"
+
+$(VENV)/.installed: requirements.txt requirements-test.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --no-deps -r requirements-test.txt
+	touch $@
+
+venv: $(VENV)/.installed ## Create .venv from the pinned requirements
+
+tree: venv ## Materialize build/keras: the pinned sdist plus patches/series
+	$(PY) -m tools.tree
+
+patches: venv ## Export upstream..HEAD of build/keras into patches/
+	$(PY) -m tools.export
+
+check-series: venv ## Check each patch applies, imports, passes, lints
+	$(PY) -m tools.check_series
+
+wheel: venv ## Build dist/keras-3.15.1+shardwise.N-*.whl and check it installs
+	$(PY) -m tools.wheel --verify
+
+test: venv ## The test command: upstream suites on 8 devices + our tests
+	$(PY) -m tools.suite test --tree $(TREE)
+
+test-full: venv ## One chunk of the whole upstream suite (CHUNK=i/N TREE=...)
+	$(PY) -m tools.suite full --chunk $(CHUNK) --tree $(TREE)
+
+compare-full: venv ## Diff the fork's full-suite failures against upstream's
+	$(PY) -m tools.suite compare
+
+demo: tree ## Build a sharded model on 8 CPU devices and show its layout
+	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=8 \
+		PYTHONPATH=build/keras $(PY) -m tools.demo
+
+lint: venv ## ruff on the project's own code
+	$(PY) -m ruff check tools integration_tests
+	$(PY) -m ruff format --check tools integration_tests
+
+clean: ## Remove dist/ and scratch trees (keeps build/keras and its commits)
+	rm -rf dist build/check-series build/full build/keras-upstream

@@ -1,0 +1,66 @@
+"""Pytest configuration for the materialized Keras tree.
+
+The Keras source distribution ships without the repository's root
+`conftest.py`. This is shardwise's own version: it registers the markers
+that the upstream tests use and provides `skip_if_backend`, which several
+upstream test modules import with `from conftest import skip_if_backend`.
+"""
+
+import os
+
+# Keep JAX's default dtype at 32 bits even when a test enables x64, to
+# match Keras's default floatx.
+os.environ.setdefault("JAX_DEFAULT_DTYPE_BITS", "32")
+
+try:
+    # torch must be imported before tensorflow when both are installed,
+    # otherwise importing torch afterwards can crash the process.
+    import torch  # noqa: F401
+except ImportError:
+    torch = None
+
+import pytest  # noqa: E402
+
+from keras.src.backend import backend  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "requires_trainable_backend: the test needs a backend that can train",
+    )
+    config.addinivalue_line(
+        "markers",
+        "multi_device: the test needs more than one device",
+    )
+
+
+def _device_count():
+    if backend() != "jax":
+        return 1
+    import jax
+
+    return jax.device_count()
+
+
+def pytest_collection_modifyitems(config, items):
+    needs_trainable = pytest.mark.skipif(
+        backend() in ("numpy", "openvino"),
+        reason="Training is not implemented for the NumPy and OpenVINO "
+        "backends.",
+    )
+    needs_devices = pytest.mark.skipif(
+        _device_count() < 2,
+        reason="The test needs more than one device; set "
+        "XLA_FLAGS=--xla_force_host_platform_device_count=8 on CPU.",
+    )
+    for item in items:
+        if "requires_trainable_backend" in item.keywords:
+            item.add_marker(needs_trainable)
+        if "multi_device" in item.keywords:
+            item.add_marker(needs_devices)
+
+
+def skip_if_backend(given_backend, reason):
+    """Returns a marker that skips the test when running on `given_backend`."""
+    return pytest.mark.skipif(backend() == given_backend, reason=reason)

@@ -1,0 +1,13 @@
+"""Runs the integration tests against the materialized tree, build/keras,
+with the JAX backend on 8 virtual CPU devices (as `make test` does)."""
+
+import os
+import sys
+from pathlib import Path
+
+TREE = Path(__file__).resolve().parent.parent / "build" / "keras"
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+if str(TREE) not in sys.path:
+    sys.path.insert(0, str(TREE))

@@ -1,0 +1,61 @@
+"""End-to-end checks of the materialized tree: a model-parallel model on 8
+CPU devices is built, saved and loaded with its sharding intact."""
+
+from pathlib import Path
+
+import jax
+import keras
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from integration_tests.conftest import TREE
+
+
+def test_keras_comes_from_the_tree():
+    assert Path(keras.__file__).resolve().is_relative_to(TREE)
+    assert keras.__version__ == "3.15.1"
+    assert keras.backend.backend() == "jax"
+    assert jax.device_count() == 8
+
+
+@pytest.fixture
+def model_parallel():
+    devices = keras.distribution.list_devices()
+    mesh = keras.distribution.DeviceMesh(
+        (1, 8), axis_names=("batch", "model"), devices=devices
+    )
+    layout_map = keras.distribution.LayoutMap(mesh)
+    layout_map[".*embedding/embeddings"] = (None, "model")
+    layout_map[".*dense/kernel"] = ("model", None)
+    distribution = keras.distribution.ModelParallel(layout_map=layout_map)
+    with distribution.scope():
+        yield
+
+
+def build_model():
+    return keras.Sequential(
+        [
+            keras.Input((4,), dtype="int32"),
+            keras.layers.Embedding(512, 64, name="embedding"),
+            keras.layers.Dense(32, name="dense"),
+        ]
+    )
+
+
+def test_save_and_load_weights_keep_layouts(model_parallel, tmp_path):
+    model = build_model()
+    embeddings, kernel, _ = model.weights
+    assert embeddings.value.sharding.spec == P(None, "model")
+    assert kernel.value.sharding.spec == P("model", None)
+    assert embeddings.value.addressable_shards[0].data.shape == (512, 8)
+    expected = [w.numpy() for w in model.weights]
+    path = tmp_path / "model.weights.h5"
+    model.save_weights(path)
+
+    other = build_model()
+    other.load_weights(path)
+    for variable, value in zip(other.weights, expected):
+        np.testing.assert_array_equal(variable.numpy(), value)
+    assert other.weights[0].value.sharding.spec == P(None, "model")
+    assert other.weights[1].value.sharding.spec == P("model", None)

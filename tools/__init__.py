@@ -1,0 +1,1 @@
+"""Tooling of the shardwise patch series (see the README)."""

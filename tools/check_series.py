@@ -1,0 +1,160 @@
+"""Checks the patch series: complete, ordered, bisectable and lint-clean.
+
+For the series file: every entry exists, no entry is duplicated, and no
+patch file is left out of it. Then, on a scratch tree built from the base,
+each patch in turn must apply without fuzz, after which `import keras` must
+work, the test files the patch touches must pass on 8 devices, and ruff
+(with the tree's own `pyproject.toml`) must pass on the Python files it
+touches. Prints one line per patch.
+
+Usage: python -m tools.check_series
+"""
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+from tools import upstream
+from tools.common import BUILD
+from tools.common import PATCHES
+from tools.common import TEST_ENV
+from tools.common import ToolError
+from tools.common import git
+from tools.common import main_wrapper
+from tools.common import read_series
+from tools.common import run
+from tools.tree import apply_series
+from tools.tree import build_base
+
+SCRATCH = BUILD / "check-series"
+
+
+def series_problems(patches_dir=PATCHES):
+    """Returns a list of problems with the series file itself."""
+    patches_dir = Path(patches_dir)
+    names = read_series(patches_dir)
+    problems = []
+    for name, count in Counter(names).items():
+        if count > 1:
+            problems.append(f"{name} is listed {count} times")
+    for name in names:
+        if not (patches_dir / name).exists():
+            problems.append(f"{name} is listed but does not exist")
+    for path in sorted(patches_dir.glob("*.patch")):
+        if path.name not in names:
+            problems.append(f"{path.name} is not listed in the series")
+    return problems
+
+
+def touched_files(tree):
+    """Files changed by the commit at HEAD that still exist."""
+    out = git(tree, "diff", "--name-only", "HEAD~1", "HEAD").stdout
+    return [f for f in out.splitlines() if (Path(tree) / f).exists()]
+
+
+def check_patch(tree, name):
+    """Checks the patch at HEAD of `tree`; returns (ok, summary)."""
+    python = sys.executable
+    files = touched_files(tree)
+    results = []
+    ok = True
+    imported = run(
+        [python, "-c", "import keras"],
+        cwd=tree,
+        env=TEST_ENV,
+        check=False,
+        capture=True,
+    )
+    if imported.returncode != 0:
+        return False, f"import keras FAILED\n{imported.stdout}"
+    results.append("import ok")
+    tests = [f for f in files if f.endswith("_test.py")]
+    if tests:
+        tested = run(
+            [
+                python,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-o",
+                "addopts=",
+                "-n",
+                "2",
+                *tests,
+            ],
+            cwd=tree,
+            env=TEST_ENV,
+            check=False,
+            capture=True,
+        )
+        if tested.returncode == 0:
+            results.append(f"{len(tests)} test files pass")
+        else:
+            ok = False
+            tail = "\n".join(tested.stdout.splitlines()[-15:])
+            results.append(f"tests FAILED\n{tail}")
+    else:
+        results.append("no test files touched")
+    sources = [f for f in files if f.endswith(".py")]
+    if sources:
+        config = ["--config", "pyproject.toml"]
+        lint = run(
+            [python, "-m", "ruff", "check", "-q", *config, *sources],
+            cwd=tree,
+            check=False,
+            capture=True,
+        )
+        fmt = run(
+            [
+                python,
+                "-m",
+                "ruff",
+                "format",
+                "--check",
+                "-q",
+                *config,
+                *sources,
+            ],
+            cwd=tree,
+            check=False,
+            capture=True,
+        )
+        if lint.returncode or fmt.returncode:
+            ok = False
+            results.append(f"ruff FAILED\n{lint.stdout}{fmt.stdout}")
+        else:
+            results.append("ruff ok")
+    return ok, ", ".join(results)
+
+
+def check(patches_dir=PATCHES, scratch=SCRATCH):
+    """Runs every check; returns True when all pass."""
+    problems = series_problems(patches_dir)
+    names = read_series(patches_dir)
+    if problems:
+        for problem in problems:
+            print(f"series: {problem}")
+        return False
+    print(f"series: {len(names)} patches, all present, none unlisted")
+    build_base(scratch, upstream.fetch())
+    all_ok = True
+    for name in names:
+        try:
+            apply_series(scratch, patches_dir, [name])
+        except ToolError as e:
+            print(f"{name}: {e}")
+            return False
+        ok, summary = check_patch(scratch, name)
+        all_ok = all_ok and ok
+        print(f"{name}: applies, {summary}")
+    return all_ok
+
+
+def main():
+    return 0 if check() else 1
+
+
+if __name__ == "__main__":
+    main_wrapper(main)

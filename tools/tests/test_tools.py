@@ -1,0 +1,205 @@
+"""Tests of the series tooling, on scratch trees in temporary folders."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tools import check_series
+from tools import export
+from tools import suite
+from tools import tree
+from tools import upstream
+from tools.common import ToolError
+from tools.common import git
+
+
+@pytest.fixture(scope="module")
+def sdist():
+    return upstream.fetch()
+
+
+@pytest.fixture
+def base(tmp_path, sdist):
+    dest = tmp_path / "keras"
+    tree.build_base(dest, sdist)
+    return dest
+
+
+def commit_change(dest, path, text, message="Change a file."):
+    (dest / path).write_text(text)
+    git(dest, "add", path)
+    git(dest, "commit", "-q", "-m", message)
+
+
+def test_checksum_mismatch_stops_the_build(tmp_path, sdist):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    shutil.copy(sdist, cache / sdist.name)
+    pin = dict(upstream.read_pin(), sha256="0" * 64)
+    with pytest.raises(ToolError, match="checksum mismatch"):
+        upstream.fetch(pin, cache=cache)
+
+
+def test_corrupt_cached_sdist_is_refused(tmp_path, sdist):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / sdist.name).write_bytes(sdist.read_bytes()[:-1])
+    with pytest.raises(ToolError, match="checksum mismatch"):
+        upstream.fetch(cache=cache)
+
+
+def test_base_is_tagged_and_has_harness_without_sdist_metadata(base):
+    assert (base / "conftest.py").exists()
+    assert (base / "keras" / "__init__.py").exists()
+    assert not (base / "PKG-INFO").exists()
+    assert not list(base.glob("*.egg-info"))
+    assert git(base, "status", "--porcelain").stdout == ""
+    assert (
+        git(base, "rev-parse", "upstream").stdout
+        == git(base, "rev-parse", "HEAD").stdout
+    )
+
+
+def test_base_commit_is_reproducible(base, tmp_path, sdist):
+    other = tmp_path / "other"
+    tree.build_base(other, sdist)
+    assert (
+        git(base, "rev-parse", "HEAD").stdout
+        == git(other, "rev-parse", "HEAD").stdout
+    )
+
+
+def test_broken_patch_is_reported_by_name(base, tmp_path):
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "0001-Broken.patch").write_text(
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 "
+        "2001\nFrom: A <a@b>\nDate: Sat, 1 Jan 2000 00:00:00 +0000\n"
+        "Subject: [PATCH] Broken.\n\n---\n"
+        "diff --git a/README.md b/README.md\n--- a/README.md\n"
+        "+++ b/README.md\n@@ -1,3 +1,3 @@\n-no such line\n+new line\n"
+        " nor this\n nor that\n"
+    )
+    (patches / "series").write_text("0001-Broken.patch\n")
+    with pytest.raises(ToolError, match="0001-Broken.patch does not apply"):
+        tree.apply_series(base, patches)
+    assert git(base, "status", "--porcelain").stdout == ""
+
+
+def test_export_is_stable_and_round_trips(base, tmp_path, sdist):
+    commit_change(base, "README.md", "Changed.\n", "Change `README.md`.")
+    commit_change(base, "LICENSE", "Changed too.\n", "Change `LICENSE`.")
+    patches = tmp_path / "patches"
+    names = export.export(base, patches)
+    assert names == ["0001-Change-README.md.patch", "0002-Change-LICENSE.patch"]
+    first = {p.name: p.read_bytes() for p in patches.iterdir()}
+    export.export(base, patches)
+    assert {p.name: p.read_bytes() for p in patches.iterdir()} == first
+    # Rebuilding the tree from the exported series gives the same commits.
+    rebuilt = tmp_path / "rebuilt"
+    tree.build_base(rebuilt, sdist)
+    tree.apply_series(rebuilt, patches)
+    assert (
+        git(rebuilt, "rev-parse", "HEAD").stdout
+        == git(base, "rev-parse", "HEAD").stdout
+    )
+    export.export(rebuilt, patches)
+    assert {p.name: p.read_bytes() for p in patches.iterdir()} == first
+
+
+def test_materialize_refuses_to_lose_work(base, tmp_path):
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (base / "README.md").write_text("Uncommitted.\n")
+    with pytest.raises(ToolError, match="uncommitted changes"):
+        tree.materialize(base, patches)
+    git(base, "commit", "-q", "-am", "Unexported.")
+    with pytest.raises(ToolError, match="not in patches/"):
+        tree.materialize(base, patches)
+    export.export(base, patches)
+    # Once exported, the tree is in sync and is left as it is.
+    head = git(base, "rev-parse", "HEAD").stdout
+    assert tree.materialize(base, patches) == ["0001-Unexported.patch"]
+    assert git(base, "rev-parse", "HEAD").stdout == head
+
+
+def test_series_problems_are_listed(tmp_path):
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "0001-a.patch").write_text("")
+    (patches / "0002-b.patch").write_text("")
+    (patches / "series").write_text("0001-a.patch\n0001-a.patch\n0003-c\n")
+    problems = check_series.series_problems(patches)
+    assert "0001-a.patch is listed 2 times" in problems
+    assert "0003-c is listed but does not exist" in problems
+    assert "0002-b.patch is not listed in the series" in problems
+
+
+def test_check_series_reports_lint_failure_by_patch(base, tmp_path, capsys):
+    commit_change(
+        base,
+        "keras/src/utils/shardwise_check.py",
+        "import os\nimport sys\nx=1\n",
+        "Add a badly formatted module.",
+    )
+    patches = tmp_path / "patches"
+    export.export(base, patches)
+    assert not check_series.check(patches, scratch=tmp_path / "scratch")
+    out = capsys.readouterr().out
+    assert "0001-Add-a-badly-formatted-module.patch: applies" in out
+    assert "import ok" in out
+    assert "ruff FAILED" in out
+
+
+def test_known_failures_need_a_reason(tmp_path):
+    path = tmp_path / "known.txt"
+    path.write_text("# comment\nkeras/a_test.py::T::test_x # needs foo\n")
+    assert suite.read_known_failures(path) == {
+        "keras/a_test.py::T::test_x": "needs foo"
+    }
+    path.write_text("keras/a_test.py::T::test_y\n")
+    with pytest.raises(ToolError, match="no reason"):
+        suite.read_known_failures(path)
+
+
+def test_repo_known_failures_file_parses():
+    known = suite.read_known_failures()
+    for test_id in known:
+        assert test_id.startswith("keras/")
+
+
+def test_patched_folders(tmp_path):
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "0001-a.patch").write_text(
+        "diff --git a/keras/src/backend/jax/core.py "
+        "b/keras/src/backend/jax/core.py\n"
+        "diff --git a/keras/src/layers/layer.py b/keras/src/layers/layer.py\n"
+    )
+    (patches / "series").write_text("0001-a.patch\n")
+    assert suite.patched_folders(patches) == [
+        "keras/src/backend/jax",
+        "keras/src/layers",
+    ]
+
+
+def test_wheel_installs_in_a_fresh_venv(tmp_path):
+    from tools import wheel
+
+    built = wheel.build(dist=tmp_path)
+    assert "+shardwise." in built.name
+    assert wheel.verify(built) == built.name.split("-")[1]
+
+
+def test_readme_lists_every_make_target():
+    root = Path(__file__).resolve().parents[2]
+    makefile = (root / "Makefile").read_text()
+    readme = (root / "README.md").read_text()
+    targets = [
+        line.split(":")[0]
+        for line in makefile.splitlines()
+        if "## " in line and not line.startswith("\t")
+    ]
+    for target in targets:
+        assert f"make {target}" in readme, target

@@ -1,0 +1,126 @@
+"""Builds the fork's wheel, `dist/keras-3.15.1+shardwise.N-*.whl`.
+
+N is the number of patches in the series. The version is written by this
+tool into a scratch copy of the tree, never by a patch. The harness files
+and the test modules are left out, as in the wheels Keras publishes.
+
+Usage: python -m tools.wheel [--verify]
+  --verify  also install the wheel with requirements.txt into a fresh
+            virtual environment and check that `import keras` reports the
+            local version.
+"""
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tools.common import ROOT
+from tools.common import TREE
+from tools.common import ToolError
+from tools.common import main_wrapper
+from tools.common import run
+from tools.tree import materialize
+from tools.upstream import read_pin
+
+DIST = ROOT / "dist"
+
+
+def local_version(num_patches):
+    return f"{read_pin()['version']}+shardwise.{num_patches}"
+
+
+def build(tree=TREE, dist=DIST):
+    """Builds the wheel from the committed tree; returns its path."""
+    names = materialize(tree)
+    version = local_version(len(names))
+    dist = Path(dist)
+    dist.mkdir(exist_ok=True)
+    for old in dist.glob("keras-*.whl"):
+        old.unlink()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "keras-src"
+        src.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", tree, "archive", "HEAD"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(["tar", "x", "-C", src], input=archive, check=True)
+        # The harness is for the development tree only.
+        (src / "conftest.py").unlink()
+        (src / "keras" / "__init__.py").unlink()
+        for test in src.glob("keras/src/**/*_test.py"):
+            test.unlink()
+        shutil.rmtree(
+            src / "keras" / "src" / "saving" / "test_data", ignore_errors=True
+        )
+        version_file = src / "keras" / "src" / "version.py"
+        text = version_file.read_text()
+        pinned = f'__version__ = "{read_pin()["version"]}"'
+        if pinned not in text:
+            raise ToolError(f"{version_file} does not contain `{pinned}`")
+        version_file.write_text(
+            text.replace(pinned, f'__version__ = "{version}"')
+        )
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+                dist,
+                src,
+            ],
+            capture=True,
+        )
+    (wheel,) = dist.glob(f"keras-{version}-*.whl")
+    return wheel
+
+
+def verify(wheel, requirements=ROOT / "requirements.txt"):
+    """Installs `wheel` in a fresh venv and checks the reported version."""
+    expected = Path(wheel).name.split("-")[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        venv = Path(tmp) / "venv"
+        run([sys.executable, "-m", "venv", venv], capture=True)
+        python = venv / "bin" / "python"
+        run(
+            [python, "-m", "pip", "install", "-q", wheel, "-r", requirements],
+            capture=True,
+        )
+        out = run(
+            [
+                python,
+                "-c",
+                "import keras; print(keras.__version__, keras.version())",
+            ],
+            cwd=tmp,
+            env={"KERAS_BACKEND": "jax"},
+            capture=True,
+        ).stdout.split()
+        if out[-2:] != [expected, expected]:
+            raise ToolError(
+                f"the installed wheel reports {out[-2:]}, expected {expected}"
+            )
+    return expected
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verify", action="store_true")
+    args = parser.parse_args()
+    wheel = build()
+    print(f"built {wheel.relative_to(ROOT)}")
+    if args.verify:
+        print(f"fresh venv: import keras reports {verify(wheel)}")
+
+
+if __name__ == "__main__":
+    main_wrapper(main)
