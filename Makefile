@@ -4,15 +4,20 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TREE ?= fork
 CHUNK ?= 1/1
+SIZE ?= 1000
+BLOCKS ?= 8
+REPEATS ?= 1
+SCENARIOS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv tree patches check-series wheel test test-full \
-	compare-full demo lint clean
+	compare-full bench demo lint clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
 		awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
-	@echo "  Variables: TREE=fork|upstream (test, test-full), CHUNK=i/N"
+	@echo "  Variables: TREE=fork|upstream (test, test-full), CHUNK=i/N,"
+	@echo "  SIZE=MiB BLOCKS=N REPEATS=N SCENARIOS=a,b (bench)"
 
 $(VENV)/.installed: requirements.txt requirements-test.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,13 +47,17 @@ test-full: venv ## One chunk of the whole upstream suite (CHUNK=i/N TREE=...)
 compare-full: venv ## Diff the fork's full-suite failures against upstream's
 	$(PY) -m tools.suite compare
 
+bench: venv ## The main command: fork vs upstream memory and time, side by side
+	$(PY) -m benchmarks.run --size $(SIZE) --blocks $(BLOCKS) \
+		--repeats $(REPEATS) $(if $(SCENARIOS),--scenarios $(SCENARIOS))
+
 demo: tree ## Build a sharded model on 8 CPU devices and show its layout
 	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=8 \
 		PYTHONPATH=build/keras $(PY) -m tools.demo
 
 lint: venv ## ruff on the project's own code
-	$(PY) -m ruff check tools integration_tests
-	$(PY) -m ruff format --check tools integration_tests
+	$(PY) -m ruff check tools integration_tests benchmarks
+	$(PY) -m ruff format --check tools integration_tests benchmarks
 
 clean: ## Remove dist/ and scratch trees (keeps build/keras and its commits)
 	rm -rf dist build/check-series build/full build/keras-upstream

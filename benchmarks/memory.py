@@ -1,0 +1,202 @@
+"""Per-device memory of live JAX arrays, sampled while a scenario runs.
+
+On CPU the virtual devices share the host's memory, so process RSS cannot
+say which device holds what. Instead, the sampler sums, per device, the
+bytes of the buffers of every live `jax.Array`. A buffer that several array
+objects alias (a sharded array and the single-device arrays JAX builds for
+its `addressable_shards`) is counted once, keyed by device and buffer
+address. Samples are taken on a background thread and, through `hooks()`,
+just before and just after every host-to-device transfer, so that a
+full-size array that exists only for the duration of one call is seen.
+"""
+
+import collections
+import contextlib
+import functools
+import math
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+from jax._src.interpreters import pxla
+
+
+def device_bytes():
+    """Returns {device id: bytes held by live arrays on that device}."""
+    usage = collections.Counter()
+    seen = set()
+    for array in jax.live_arrays():
+        try:
+            if array.is_deleted():
+                continue
+            # `_arrays` holds one single-device array per addressable shard
+            # (JAX caches them on the array); for a single-device array it
+            # holds the array itself.
+            for buffer in array._arrays:
+                device = next(iter(buffer.devices()))
+                key = (device.id, buffer.unsafe_buffer_pointer())
+                if key not in seen:
+                    seen.add(key)
+                    usage[device.id] += buffer.nbytes
+        except Exception:
+            # The array was deleted while we looked at it.
+            continue
+    return usage
+
+
+class Sampler:
+    """Keeps the per-device peak of `device_bytes()`."""
+
+    def __init__(self, interval=0.002):
+        self.interval = interval
+        self.peak = collections.Counter()
+        self.num_samples = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = None
+
+    def sample(self):
+        usage = device_bytes()
+        with self._lock:
+            self.num_samples += 1
+            for device, num_bytes in usage.items():
+                if num_bytes > self.peak[device]:
+                    self.peak[device] = num_bytes
+
+    def _loop(self):
+        while not self._stop.is_set():
+            self.sample()
+            time.sleep(self.interval)
+
+    def __enter__(self):
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
+# The entry points through which data reaches a device, and the module that
+# each is looked up in at call time. `pxla.batched_device_put` (private) is
+# where `jax.device_put` of a single-device array onto a sharding places the
+# slices it has cut on the source device: sampling just before it sees the
+# full array and all its slices on that device at once.
+TRANSFERS = (
+    (pxla, "batched_device_put"),
+    (jax, "device_put"),
+    (jax, "make_array_from_callback"),
+    (jax, "make_array_from_single_device_arrays"),
+    (jnp, "asarray"),
+    (jnp, "array"),
+)
+
+
+@contextlib.contextmanager
+def hooks(sampler):
+    """Samples just before and just after each call of `TRANSFERS`."""
+    originals = [
+        (module, name, getattr(module, name)) for module, name in TRANSFERS
+    ]
+
+    def wrap(function):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            sampler.sample()
+            result = function(*args, **kwargs)
+            sampler.sample()
+            return result
+
+        return wrapper
+
+    for module, name, function in originals:
+        setattr(module, name, wrap(function))
+    try:
+        yield
+    finally:
+        for module, name, function in originals:
+            setattr(module, name, function)
+
+
+def shard_bytes(arrays):
+    """Returns {device id: bytes} of the given arrays' shards."""
+    usage = collections.Counter()
+    for array in arrays:
+        indices = array.sharding.addressable_devices_indices_map(array.shape)
+        for device, index in indices.items():
+            size = math.prod(
+                len(range(*s.indices(n))) for s, n in zip(index, array.shape)
+            )
+            usage[device.id] += size * array.dtype.itemsize
+    return usage
+
+
+def rss_bytes():
+    """Returns (current RSS, peak RSS since the last `reset_peak_rss`)."""
+    values = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                values[key] = int(value.split()[0]) * 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+def reset_peak_rss():
+    """Resets the kernel's peak RSS of this process to its current RSS."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+class _RecordedJit:
+    """A `jax.jit` result that records the abstract arguments of its calls."""
+
+    def __init__(self, jitted, calls):
+        self._jitted = jitted
+        self._calls = calls
+
+    def __call__(self, *args, **kwargs):
+        # Keep shapes, dtypes and shardings only: holding the arrays would
+        # keep them alive and change what the sampler sees.
+        abstract = jax.tree.map(_abstract, (args, kwargs))
+        self._calls.append((self._jitted, *abstract))
+        return self._jitted(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._jitted, name)
+
+
+def _abstract(x):
+    if isinstance(x, jax.Array):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+    return x
+
+
+@contextlib.contextmanager
+def record_jits(calls):
+    """Records every call of a function jitted inside the context."""
+    original = jax.jit
+
+    def jit(*args, **kwargs):
+        return _RecordedJit(original(*args, **kwargs), calls)
+
+    jax.jit = jit
+    try:
+        yield calls
+    finally:
+        jax.jit = original
+
+
+def xla_temp_bytes(calls):
+    """The largest per-device XLA temporary allocation among the recorded
+    executables, from their compiled `memory_analysis()`."""
+    largest = 0
+    for jitted, args, kwargs in calls:
+        analysis = jitted.lower(*args, **kwargs).compile().memory_analysis()
+        if analysis is not None:
+            largest = max(largest, analysis.temp_size_in_bytes)
+    return largest

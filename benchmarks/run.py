@@ -1,0 +1,262 @@
+"""Runs the benchmark scenarios for upstream Keras 3.15.1 and the fork, side
+by side, and prints one table (`make bench`).
+
+Each build gets its own venv under `build/bench/`, made from the pinned
+requirements: `keras==3.15.1` from PyPI for upstream, the fork's wheel
+(`make wheel`) for the fork. Every run of a scenario is a fresh process on
+8 virtual CPU devices. Per scenario and repeat, the two builds alternate
+(upstream first on even repeats, fork first on odd ones). The first repeat
+is a memory run (sampler, hooks, jit recorder); the `--repeats` timed runs
+after it run bare, and wall time is their median.
+
+Usage: python -m benchmarks.run [--size MIB] [--blocks N] [--repeats N]
+                                [--scenarios a,b,...]
+"""
+
+import argparse
+import hashlib
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tools.common import BUILD
+from tools.common import ROOT
+from tools.common import ToolError
+from tools.common import main_wrapper
+from tools.common import run
+from tools.upstream import read_pin
+
+HERE = Path(__file__).resolve().parent
+BENCH = BUILD / "bench"
+RESULTS = HERE / "results"
+BUILDS = ("upstream", "fork")
+SCENARIOS = (
+    "build_embedding",
+    "build_kernels",
+    "build_decoder",
+    "load_h5_embedding",
+    "load_h5_decoder",
+    "load_sharded_h5_embedding",
+    "load_sharded_h5_decoder",
+    "load_model_embedding",
+    "set_weights_embedding",
+    "assign_embedding",
+    "build_then_load_decoder",
+    "orbax_load_embedding",
+)
+MIB = 2**20
+
+
+def make_venv(build):
+    """Creates (once) the venv of `build`; returns its python."""
+    venv = BENCH / f"venv-{build}"
+    python = venv / "bin" / "python"
+    requirements = [ROOT / "requirements.txt", HERE / "requirements.txt"]
+    if build == "fork":
+        from tools import wheel
+
+        keras = wheel.build()
+    else:
+        keras = f"keras=={read_pin()['version']}"
+    stamp_text = "".join(p.read_text() for p in requirements) + str(keras)
+    if build == "fork":
+        stamp_text += hashlib.sha256(Path(keras).read_bytes()).hexdigest()
+    stamp = venv / "stamp"
+    if stamp.exists() and stamp.read_text() == stamp_text:
+        return python
+    run([sys.executable, "-m", "venv", "--clear", venv], capture=True)
+    args = [python, "-m", "pip", "install", "-q", "--no-deps"]
+    for requirement in requirements:
+        args += ["-r", requirement]
+    run([*args, keras], capture=True)
+    stamp.write_text(stamp_text)
+    return python
+
+
+def run_scenario(python, scenario, args, mode):
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        result = subprocess.run(
+            [
+                python,
+                HERE / "scenarios.py",
+                scenario,
+                "--data",
+                data_dir(args),
+                "--size",
+                str(args.size),
+                "--blocks",
+                str(args.blocks),
+                "--mode",
+                mode,
+                "--out",
+                out.name,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise ToolError(
+                f"{scenario} ({mode}) failed:\n{result.stderr[-3000:]}"
+            )
+        return json.loads(Path(out.name).read_text())
+
+
+def data_dir(args):
+    return BENCH / f"data-{args.size}-{args.blocks}"
+
+
+def summarize(runs):
+    """Reduces the memory run and the timed runs of one build to figures."""
+    memory_run = runs["memory"]
+    peak = {int(k): v for k, v in memory_run["peak_bytes"].items()}
+    final = {int(k): v for k, v in memory_run["final_bytes"].items()}
+    busiest = max(peak, key=peak.get)
+    walls = [r["wall_s"] for r in runs["time"]] or [memory_run["wall_s"]]
+    return {
+        "device0_peak_mib": peak.get(0, 0) / MIB,
+        "device0_peak_x_shard": peak.get(0, 0) / final[0],
+        "busiest_device": busiest,
+        "busiest_peak_mib": peak[busiest] / MIB,
+        "busiest_peak_x_shard": peak[busiest] / final[busiest],
+        "rss_increase_mib": memory_run["rss_increase_bytes"] / MIB,
+        "wall_s": statistics.median(walls),
+        "xla_temp_mib": memory_run["xla_temp_bytes"] / MIB,
+        "num_jit_calls": memory_run["num_jit_calls"],
+        "peak_mib_per_device": [peak.get(d, 0) / MIB for d in sorted(final)],
+        "shard_mib_per_device": [final[d] / MIB for d in sorted(final)],
+    }
+
+
+FIGURES = (
+    ("device0_peak_mib", "device 0 peak MiB", "{:.0f}"),
+    ("device0_peak_x_shard", "device 0 peak / its shards", "{:.2f}"),
+    ("busiest_peak_mib", "busiest device peak MiB", "{:.0f}"),
+    ("busiest_peak_x_shard", "busiest peak / its shards", "{:.2f}"),
+    ("rss_increase_mib", "process peak RSS increase MiB", "{:.0f}"),
+    ("wall_s", "wall time s (median)", "{:.2f}"),
+    ("xla_temp_mib", "XLA temporaries MiB (largest)", "{:.1f}"),
+)
+
+
+def table(results):
+    lines = [
+        f"{'scenario':26} {'figure':31} {'upstream':>9} {'fork':>9} "
+        f"{'fork/up':>7}"
+    ]
+    for scenario, builds in results.items():
+        for key, title, fmt in FIGURES:
+            up, fork = builds["upstream"][key], builds["fork"][key]
+            ratio = f"{fork / up:.2f}" if up else "-"
+            lines.append(
+                f"{scenario:26} {title:31} {fmt.format(up):>9} "
+                f"{fmt.format(fork):>9} {ratio:>7}"
+            )
+            scenario = ""
+    return "\n".join(lines)
+
+
+def chart(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    names = list(results)
+    figure, axes = pyplot.subplots(
+        len(names), 1, figsize=(9, 2.2 * len(names)), squeeze=False
+    )
+    for axis, name in zip(axes[:, 0], names):
+        for offset, build in ((-0.2, "upstream"), (0.2, "fork")):
+            peaks = results[name][build]["peak_mib_per_device"]
+            axis.bar(
+                [d + offset for d in range(len(peaks))],
+                peaks,
+                width=0.4,
+                label=build,
+            )
+        shards = results[name]["fork"]["shard_mib_per_device"]
+        axis.step(
+            [d - 0.5 for d in range(len(shards) + 1)],
+            shards + shards[-1:],
+            where="post",
+            color="black",
+            label="final shards",
+        )
+        axis.set_title(name, fontsize=9)
+        axis.set_ylabel("peak MiB")
+    axes[0, 0].legend(fontsize=8)
+    axes[-1, 0].set_xlabel("device")
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1000)
+    parser.add_argument("--blocks", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    args = parser.parse_args()
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    unknown = sorted(set(scenarios) - set(SCENARIOS))
+    if unknown:
+        raise ToolError(f"unknown scenarios {unknown}; known: {SCENARIOS}")
+    pythons = {build: make_venv(build) for build in BUILDS}
+    if not (data_dir(args) / "complete").exists():
+        print(f"preparing checkpoints in {data_dir(args)}", flush=True)
+        run(
+            [
+                pythons["upstream"],
+                HERE / "scenarios.py",
+                "prepare",
+                "--data",
+                data_dir(args),
+                "--size",
+                str(args.size),
+                "--blocks",
+                str(args.blocks),
+            ],
+            capture=True,
+        )
+    raw, results = {}, {}
+    for scenario in scenarios:
+        runs = {b: {"memory": None, "time": []} for b in BUILDS}
+        for repeat in range(args.repeats + 1):
+            order = BUILDS if repeat % 2 == 0 else BUILDS[::-1]
+            for build in order:
+                mode = "memory" if repeat == 0 else "time"
+                result = run_scenario(pythons[build], scenario, args, mode)
+                if mode == "memory":
+                    runs[build]["memory"] = result
+                else:
+                    runs[build]["time"].append(result)
+        raw[scenario] = runs
+        results[scenario] = {b: summarize(runs[b]) for b in BUILDS}
+        print(f"done: {scenario}", flush=True)
+    RESULTS.mkdir(exist_ok=True)
+    stem = RESULTS / f"bench-size{args.size}-blocks{args.blocks}"
+    versions = {
+        b: raw[scenarios[0]][b]["memory"]["keras_version"] for b in BUILDS
+    }
+    report = {
+        "settings": vars(args),
+        "keras_versions": versions,
+        "results": results,
+        "raw": raw,
+    }
+    Path(f"{stem}.json").write_text(json.dumps(report, indent=1))
+    chart(results, f"{stem}.png")
+    print(
+        f"\nkeras: upstream {versions['upstream']}, fork {versions['fork']}; "
+        f"embedding {args.size} MiB, decoder {args.blocks} blocks, "
+        f"8 CPU devices, {args.repeats} timed repeat(s)\n"
+    )
+    print(table(results))
+    print(f"\nwrote {stem}.json and {stem}.png")
+
+
+if __name__ == "__main__":
+    main_wrapper(main)

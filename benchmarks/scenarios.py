@@ -1,0 +1,293 @@
+"""One benchmark scenario, run in a fresh process of one build's venv.
+
+Usage (the runner, `run.py`, calls it):
+  python scenarios.py prepare --data DIR [--size MIB] [--blocks N]
+  python scenarios.py SCENARIO --data DIR --mode memory|time --out FILE
+
+`prepare` writes the checkpoints the load scenarios read. In `memory` mode
+the measured section runs under the per-device sampler, the transfer hooks
+and the jit recorder (see memory.py); in `time` mode it runs bare.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import jax  # noqa: E402
+import keras  # noqa: E402
+import memory  # noqa: E402
+import numpy as np  # noqa: E402
+
+EMBED_DIM = 2048
+HIDDEN = 1024
+FFW = 4096
+HEADS = 8
+VOCAB = 32000
+SEQUENCE = 8
+
+
+def embedding_rows(size_mib):
+    return size_mib * 2**20 // (EMBED_DIM * 4)
+
+
+def distribution(family):
+    devices = keras.distribution.list_devices()
+    mesh = keras.distribution.DeviceMesh(
+        (1, len(devices)), axis_names=("batch", "model"), devices=devices
+    )
+    layout_map = keras.distribution.LayoutMap(mesh)
+    if family == "embedding":
+        layout_map[".*embedding/embeddings"] = (None, "model")
+    elif family == "kernels":
+        layout_map[".*dense_\\d+/kernel"] = (None, "model")
+    else:
+        # The way keras-hub's Gemma layout map shards a decoder.
+        layout_map[".*token_embedding/embeddings"] = ("model", "batch")
+        layout_map[".*attention_(query|key|value)/kernel"] = (
+            "model",
+            "batch",
+            None,
+        )
+        layout_map[".*attention_output/kernel"] = ("model", None, "batch")
+        layout_map[".*ffw_gating.*/kernel"] = ("batch", "model")
+        layout_map[".*ffw_linear/kernel"] = ("model", "batch")
+    return keras.distribution.ModelParallel(layout_map=layout_map)
+
+
+def embedding_model(args):
+    return keras.Sequential(
+        [
+            keras.Input((SEQUENCE,), dtype="int32"),
+            keras.layers.Embedding(
+                embedding_rows(args.size), EMBED_DIM, name="embedding"
+            ),
+        ],
+        name="embedding_model",
+    )
+
+
+def kernels_model(args):
+    # 12 kernels of (7000, 1024), each below upstream's jit threshold.
+    inputs = keras.Input((7000,))
+    outputs = [
+        keras.layers.Dense(1024, name=f"dense_{i}")(inputs) for i in range(12)
+    ]
+    return keras.Model(inputs, outputs, name="kernels_model")
+
+
+def decoder_model(args):
+    layers = keras.layers
+    tokens = keras.Input((SEQUENCE,), dtype="int32")
+    x = layers.Embedding(VOCAB, HIDDEN, name="token_embedding")(tokens)
+    head_dim = HIDDEN // HEADS
+    for i in range(args.blocks):
+        name = f"decoder_block_{i}"
+        h = layers.LayerNormalization(name=f"{name}_pre_attention_norm")(x)
+        qkv = [
+            layers.EinsumDense(
+                "btd,dnh->btnh",
+                (SEQUENCE, HEADS, head_dim),
+                name=f"{name}_attention_{part}",
+            )(h)
+            for part in ("query", "key", "value")
+        ]
+        h = layers.Add()(qkv)
+        h = layers.EinsumDense(
+            "btnh,nhd->btd", (SEQUENCE, HIDDEN), name=f"{name}_attention_output"
+        )(h)
+        x = layers.Add()([x, h])
+        h = layers.LayerNormalization(name=f"{name}_pre_ffw_norm")(x)
+        gate = layers.Dense(FFW, name=f"{name}_ffw_gating")(h)
+        up = layers.Dense(FFW, name=f"{name}_ffw_gating_2")(h)
+        h = layers.Dense(HIDDEN, name=f"{name}_ffw_linear")(
+            layers.Multiply()([gate, up])
+        )
+        x = layers.Add()([x, h])
+    return keras.Model(tokens, x, name="decoder_model")
+
+
+BUILDERS = {
+    "embedding": embedding_model,
+    "kernels": kernels_model,
+    "decoder": decoder_model,
+}
+
+
+def prepare(args):
+    data = Path(args.data)
+    data.mkdir(parents=True, exist_ok=True)
+    keras.utils.set_random_seed(0)
+    for family in ("embedding", "decoder"):
+        model = BUILDERS[family](args)
+        model.save_weights(data / f"{family}.weights.h5")
+        sharded = data / f"{family}_sharded.weights.json"
+        sizes = [w.numpy().nbytes / 1e9 for w in model.weights]
+        # About four shard files; a variable is never split across files.
+        model.save_weights(
+            sharded, max_shard_size=max(sum(sizes) / 4, max(sizes)) * 1.01
+        )
+        if family == "embedding":
+            model.save(data / "embedding.keras")
+            save_orbax(model, data / "embedding_orbax")
+        del model
+        keras.backend.clear_session()
+    (data / "complete").write_text("")
+
+
+def save_orbax(model, path):
+    from keras.src.callbacks.orbax_checkpoint import OrbaxCheckpoint
+
+    # The Orbax state tree includes the optimizer's variables.
+    model.compile(optimizer="sgd")
+    callback = OrbaxCheckpoint(
+        str(path), save_weights_only=True, save_on_background=False
+    )
+    callback.set_model(model)
+    # The callback saves from `fit`; call its save step directly (private).
+    callback._save_checkpoint(0)
+    callback.wait_until_finished()
+
+
+# Each scenario: (model family, what runs before the measured section,
+# the measured section). `setup` returns the state the section needs.
+def _build(args, family):
+    return {"model": BUILDERS[family](args)}
+
+
+def _build_compiled(args, family):
+    state = _build(args, family)
+    state["model"].compile(optimizer="sgd")
+    return state
+
+
+def _load(path_name):
+    def section(args, state):
+        state["model"].load_weights(Path(args.data) / path_name)
+
+    return section
+
+
+def _set_weights(args, state):
+    state["model"].set_weights(state["values"])
+
+
+def _assign(args, state):
+    state["model"].weights[0].assign(state["values"][0])
+
+
+def _load_model(args, state):
+    state["model"] = keras.saving.load_model(
+        Path(args.data) / "embedding.keras"
+    )
+
+
+def _build_then_load(args, state):
+    state["model"] = BUILDERS[args.family](args)
+    state["model"].load_weights(Path(args.data) / f"{args.family}.weights.h5")
+
+
+def _with_values(args, family):
+    state = _build(args, family)
+    model = state["model"]
+    # `get_weights` order is the order `set_weights` expects.
+    state["values"] = [np.array(w) for w in model.get_weights()]
+    for value in state["values"]:
+        value += 1.0
+    return state
+
+
+SCENARIOS = {
+    "build_embedding": ("embedding", None, None),
+    "build_kernels": ("kernels", None, None),
+    "build_decoder": ("decoder", None, None),
+    "load_h5_embedding": ("embedding", _build, _load("embedding.weights.h5")),
+    "load_h5_decoder": ("decoder", _build, _load("decoder.weights.h5")),
+    "load_sharded_h5_embedding": (
+        "embedding",
+        _build,
+        _load("embedding_sharded.weights.json"),
+    ),
+    "load_sharded_h5_decoder": (
+        "decoder",
+        _build,
+        _load("decoder_sharded.weights.json"),
+    ),
+    "load_model_embedding": ("embedding", None, _load_model),
+    "set_weights_embedding": ("embedding", _with_values, _set_weights),
+    "assign_embedding": ("embedding", _with_values, _assign),
+    "build_then_load_decoder": ("decoder", None, _build_then_load),
+    "orbax_load_embedding": (
+        "embedding",
+        _build_compiled,
+        _load("embedding_orbax"),
+    ),
+}
+
+
+def run_scenario(args):
+    family, setup, section = SCENARIOS[args.scenario]
+    args.family = family
+    if section is None:
+
+        def section(args, state):
+            state["model"] = BUILDERS[family](args)
+
+    keras.utils.set_random_seed(0)
+    with distribution(family).scope():
+        state = setup(args, family) if setup else {}
+        result = {"scenario": args.scenario, "mode": args.mode}
+        result["keras_version"] = keras.__version__
+        result["baseline_bytes"] = memory.device_bytes()
+        memory.reset_peak_rss()
+        rss_before, _ = memory.rss_bytes()
+        calls = []
+        start = time.perf_counter()
+        if args.mode == "memory":
+            sampler = memory.Sampler(interval=0.001)
+            with sampler, memory.hooks(sampler), memory.record_jits(calls):
+                section(args, state)
+                jax.block_until_ready([w.value for w in state["model"].weights])
+            result["peak_bytes"] = sampler.peak
+            result["num_samples"] = sampler.num_samples
+        else:
+            section(args, state)
+            jax.block_until_ready([w.value for w in state["model"].weights])
+        result["wall_s"] = time.perf_counter() - start
+        _, rss_peak = memory.rss_bytes()
+        result["rss_increase_bytes"] = rss_peak - rss_before
+        result["final_bytes"] = memory.shard_bytes(
+            [w.value for w in state["model"].weights]
+        )
+        result["num_jit_calls"] = len(calls)
+        result["xla_temp_bytes"] = memory.xla_temp_bytes(calls)
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", choices=["prepare", *SCENARIOS])
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--size", type=int, default=1000)
+    parser.add_argument("--blocks", type=int, default=8)
+    parser.add_argument("--mode", choices=("memory", "time"), default="time")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    if args.scenario == "prepare":
+        prepare(args)
+        return
+    result = run_scenario(args)
+    text = json.dumps(result, default=int)
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
