@@ -198,6 +198,9 @@ def full(chunk, tree_kind):
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(f"{t}\n" for t in sorted(failed)))
     print(f"wrote {len(failed)} failing test ids to {out}")
+    unknown = sorted(failed - set(read_known_failures()))
+    for test_id in unknown:
+        print(f"NOT IN known-failures.txt {test_id}")
     if code not in (0, 1, 5):
         raise ToolError(f"pytest exited with code {code}")
     return 0
