@@ -41,6 +41,7 @@ SCENARIOS = (
     "load_h5_decoder",
     "load_sharded_h5_embedding",
     "load_sharded_h5_decoder",
+    "load_keras_weights_embedding",
     "load_model_embedding",
     "set_weights_embedding",
     "assign_embedding",
