@@ -37,6 +37,8 @@ SCENARIOS = (
     "build_embedding",
     "build_kernels",
     "build_decoder",
+    "build_blocks",
+    "build_blocks_unsharded",
     "load_h5_embedding",
     "load_h5_decoder",
     "load_sharded_h5_embedding",

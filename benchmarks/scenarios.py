@@ -10,6 +10,7 @@ and the jit recorder (see memory.py); in `time` mode it runs bare.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -44,7 +45,7 @@ def distribution(family):
     layout_map = keras.distribution.LayoutMap(mesh)
     if family == "embedding":
         layout_map[".*embedding/embeddings"] = (None, "model")
-    elif family == "kernels":
+    elif family in ("kernels", "blocks"):
         layout_map[".*dense_\\d+/kernel"] = (None, "model")
     else:
         # The way keras-hub's Gemma layout map shards a decoder.
@@ -81,6 +82,15 @@ def kernels_model(args):
     return keras.Model(inputs, outputs, name="kernels_model")
 
 
+def blocks_model(args):
+    # 24 blocks of (4096, 4096) kernels, each above upstream's jit threshold.
+    return keras.Sequential(
+        [keras.Input((4096,))]
+        + [keras.layers.Dense(4096, name=f"dense_{i}") for i in range(24)],
+        name="blocks_model",
+    )
+
+
 def decoder_model(args):
     layers = keras.layers
     tokens = keras.Input((SEQUENCE,), dtype="int32")
@@ -115,6 +125,7 @@ def decoder_model(args):
 BUILDERS = {
     "embedding": embedding_model,
     "kernels": kernels_model,
+    "blocks": blocks_model,
     "decoder": decoder_model,
 }
 
@@ -206,6 +217,8 @@ SCENARIOS = {
     "build_embedding": ("embedding", None, None),
     "build_kernels": ("kernels", None, None),
     "build_decoder": ("decoder", None, None),
+    "build_blocks": ("blocks", None, None),
+    "build_blocks_unsharded": ("blocks", None, None),
     "load_h5_embedding": ("embedding", _build, _load("embedding.weights.h5")),
     "load_h5_decoder": ("decoder", _build, _load("decoder.weights.h5")),
     "load_sharded_h5_embedding": (
@@ -244,7 +257,11 @@ def run_scenario(args):
             state["model"] = BUILDERS[family](args)
 
     keras.utils.set_random_seed(0)
-    with distribution(family).scope():
+    if args.scenario.endswith("_unsharded"):
+        scope = contextlib.nullcontext()
+    else:
+        scope = distribution(family).scope()
+    with scope:
         state = setup(args, family) if setup else {}
         if "model" in state:
             # JAX dispatches asynchronously: finish building the model before

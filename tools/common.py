@@ -47,9 +47,14 @@ class ToolError(Exception):
 
 
 def run(args, cwd=None, env=None, check=True, capture=False, input=None):
-    """Runs a command; raises `ToolError` naming it if it fails."""
+    """Runs a command; raises `ToolError` naming it if it fails.
+
+    `env` adds to the environment; a variable set to `None` is removed.
+    """
     full_env = dict(os.environ)
     full_env.update(env or {})
+    # A variable set to `None` is removed from the environment.
+    full_env = {k: v for k, v in full_env.items() if v is not None}
     result = subprocess.run(
         [str(a) for a in args],
         cwd=cwd,

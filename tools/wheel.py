@@ -102,7 +102,8 @@ def verify(wheel, requirements=ROOT / "requirements.txt"):
                 "import keras; print(keras.__version__, keras.version())",
             ],
             cwd=tmp,
-            env={"KERAS_BACKEND": "jax"},
+            # Only the installed wheel may provide `keras`.
+            env={"KERAS_BACKEND": "jax", "PYTHONPATH": None},
             capture=True,
         ).stdout.split()
         if out[-2:] != [expected, expected]:
