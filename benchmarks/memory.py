@@ -172,7 +172,9 @@ class _RecordedJit:
 
 def _abstract(x):
     if isinstance(x, jax.Array):
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+        # An uncommitted array (such as a fresh seed) may be moved by jit.
+        sharding = x.sharding if x.committed else None
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
     return x
 
 
