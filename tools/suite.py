@@ -1,7 +1,8 @@
 """Runs the test suites against the materialized tree.
 
-`test` (the README's test command) runs, with the JAX backend on 8 virtual
-CPU devices:
+`test` (the README's test command) first checks the series (see
+`check_series.py`), then runs, with the JAX backend on 8 virtual CPU
+devices:
   1. upstream's multi-device tier over the whole unit suite
      (`pytest keras -m multi_device`);
   2. the upstream suites the fork touches: the fixed list `SUITES` plus the
@@ -25,6 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tools import check_series
 from tools.common import BASE_TREE
 from tools.common import BUILD
 from tools.common import KNOWN_FAILURES
@@ -148,6 +150,10 @@ def test(tree_kind="fork"):
     totals = dict.fromkeys(("passed", "failed", "skipped", "errors"), 0)
     all_failed = set()
     broken = []
+    if tree_kind == "fork":
+        print("\n=== series check: each patch applies, imports, passes, lints")
+        if not check_series.check():
+            broken.append("the series check failed")
     for title, cwd, args, env in stages:
         print(f"\n=== {title}: pytest {' '.join(args)}", flush=True)
         code, failed, counts = run_pytest(args, cwd, env)
