@@ -79,19 +79,26 @@ def make_venv(build):
     return python
 
 
+def scenarios_command(python, scenario, args):
+    """The command line of `scenarios.py` for `scenario` (or "prepare")."""
+    return [
+        python,
+        HERE / "scenarios.py",
+        scenario,
+        "--data",
+        data_dir(args),
+        "--size",
+        str(args.size),
+        "--blocks",
+        str(args.blocks),
+    ]
+
+
 def run_scenario(python, scenario, args, mode):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         result = subprocess.run(
             [
-                python,
-                HERE / "scenarios.py",
-                scenario,
-                "--data",
-                data_dir(args),
-                "--size",
-                str(args.size),
-                "--blocks",
-                str(args.blocks),
+                *scenarios_command(python, scenario, args),
                 "--mode",
                 mode,
                 "--out",
@@ -211,17 +218,7 @@ def main():
     if not (data_dir(args) / "complete").exists():
         print(f"preparing checkpoints in {data_dir(args)}", flush=True)
         run(
-            [
-                pythons["upstream"],
-                HERE / "scenarios.py",
-                "prepare",
-                "--data",
-                data_dir(args),
-                "--size",
-                str(args.size),
-                "--blocks",
-                str(args.blocks),
-            ],
+            scenarios_command(pythons["upstream"], "prepare", args),
             capture=True,
         )
     raw, results = {}, {}
