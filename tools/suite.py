@@ -112,7 +112,7 @@ def run_pytest(args, cwd, env=None):
     for line in proc.stdout:
         sys.stdout.write(line)
         sys.stdout.flush()
-        match = re.match(r"(FAILED|ERROR) (keras\S+|tools\S+|integ\S+)", line)
+        match = re.match(r"(FAILED|ERROR) (\S+\.py\S*)", line)
         if match:
             # Memory addresses in parametrized ids differ from run to run.
             failed.add(re.sub(r"0x[0-9a-f]+", "0x", match.group(2)))
