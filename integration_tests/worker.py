@@ -1,0 +1,266 @@
+"""One process of a multi-process scenario; `multiprocess.py` starts them.
+
+Usage (the launcher calls it, one process per JAX process):
+  python -m integration_tests.worker SCENARIO --process-id I
+      --num-processes N --coordinator HOST:PORT --workdir DIR
+      [--size MIB] [--seed S]
+
+Every process builds the same model under a `ModelParallel` layout over the
+global mesh of all processes' devices, runs the scenario and writes what it
+measured to DIR/SCENARIO-I.json. A scenario that raises writes the error
+there and exits with status 1.
+
+Scenarios:
+  reference  (one process) build with --seed, save model.weights.h5 and
+             reference.npz with the full values, and a bad-shape checkpoint
+  build      build with --seed; compare the local shards with reference.npz
+  load       build with another seed, `load_weights(model.weights.h5)`
+  assign     `set_weights` then `assign` from the reference NumPy values
+  save       load, then `save_weights` to saved.weights.h5 and read it back
+  bad_shape  like `load`, but process 1 reads a checkpoint of another shape
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+
+import h5py  # noqa: E402
+import jax  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from benchmarks import memory  # noqa: E402
+
+EMBED_DIM = 1024
+DENSE_UNITS = 64
+
+
+def rows(size_mib):
+    return size_mib * 2**20 // (EMBED_DIM * 4)
+
+
+def build_model(size_mib, embed_dim=EMBED_DIM):
+    devices = keras.distribution.list_devices()
+    mesh = keras.distribution.DeviceMesh(
+        (1, len(devices)), axis_names=("batch", "model"), devices=devices
+    )
+    layout_map = keras.distribution.LayoutMap(mesh)
+    layout_map[".*embedding/embeddings"] = (None, "model")
+    layout_map[".*dense/kernel"] = ("model", None)
+    with keras.distribution.ModelParallel(layout_map=layout_map).scope():
+        model = keras.Sequential(
+            [
+                keras.Input((8,), dtype="int32"),
+                keras.layers.Embedding(
+                    rows(size_mib), embed_dim, name="embedding"
+                ),
+                keras.layers.Dense(DENSE_UNITS, name="dense"),
+            ]
+        )
+    jax.block_until_ready([w.value for w in model.weights])
+    return model
+
+
+def io_counter(key):
+    """This process's `rchar` or `wchar` from /proc/self/io: the bytes it has
+    read or written through system calls so far."""
+    with open("/proc/self/io") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name == key:
+                return int(value)
+    raise KeyError(key)
+
+
+def local_shards(model):
+    """Bytes of the model's weights that this process's devices hold, and
+    the largest per-device total."""
+    per_device = memory.shard_bytes(w.value for w in model.weights)
+    return sum(per_device.values()), max(per_device.values())
+
+
+def check_values(model, reference):
+    """Compares every local shard with the reference; returns the count."""
+    checked = 0
+    for weight in model.weights:
+        expected = reference[weight.path]
+        if weight.value.shape != expected.shape:
+            raise AssertionError(
+                f"{weight.path}: shape {weight.value.shape}, expected "
+                f"{expected.shape}"
+            )
+        for shard in weight.value.addressable_shards:
+            np.testing.assert_array_equal(
+                np.asarray(shard.data), expected[shard.index]
+            )
+            checked += 1
+    return checked
+
+
+def load_reference(workdir):
+    with np.load(workdir / "reference.npz") as data:
+        return {key.replace("|", "/"): data[key] for key in data.files}
+
+
+def measured(function):
+    """Runs `function` and returns what it cost this process."""
+    sampler = memory.Sampler()
+    memory.reset_peak_rss()
+    rss_before, _ = memory.rss_bytes()
+    read_before = io_counter("rchar")
+    start = time.perf_counter()
+    with sampler, memory.hooks(sampler):
+        function()
+    seconds = time.perf_counter() - start
+    _, rss_peak = memory.rss_bytes()
+    return {
+        "seconds": seconds,
+        "bytes_read": io_counter("rchar") - read_before,
+        "rss_increase": rss_peak - rss_before,
+        "peak_device_bytes": max(sampler.peak.values()),
+    }
+
+
+def scenario_reference(args):
+    model = build_model(args.size)
+    model.save_weights(args.workdir / "model.weights.h5")
+    values = {w.path.replace("/", "|"): w.numpy() for w in model.weights}
+    np.savez(args.workdir / "reference.npz", **values)
+    bad = build_model(args.size, embed_dim=EMBED_DIM // 2)
+    bad.save_weights(args.workdir / "bad_shape.weights.h5")
+    return {}
+
+
+def scenario_build(args):
+    model = build_model(args.size)
+    held, largest = local_shards(model)
+    return {
+        "bytes_held": held,
+        "largest_device_bytes": largest,
+        "fully_addressable": any(
+            w.value.is_fully_addressable for w in model.weights
+        ),
+        "checked_shards": check_values(model, load_reference(args.workdir)),
+    }
+
+
+def scenario_load(args, path="model.weights.h5"):
+    keras.utils.set_random_seed(args.seed + 1)
+    model = build_model(args.size)
+    result = measured(lambda: model.load_weights(args.workdir / path))
+    held, largest = local_shards(model)
+    result.update(
+        bytes_held=held,
+        largest_device_bytes=largest,
+        checked_shards=check_values(model, load_reference(args.workdir)),
+    )
+    return result
+
+
+def scenario_assign(args):
+    keras.utils.set_random_seed(args.seed + 1)
+    model = build_model(args.size)
+    reference = load_reference(args.workdir)
+    values = [reference[w.path] for w in model.weights]
+    result = measured(lambda: model.set_weights(values))
+    checked = check_values(model, reference)
+    for weight in model.weights:
+        weight.assign(np.zeros(weight.shape, weight.dtype))
+    for weight, value in zip(model.weights, values):
+        weight.assign(value)
+    held, largest = local_shards(model)
+    result.update(
+        checked_shards=checked + check_values(model, reference),
+        bytes_held=held,
+        largest_device_bytes=largest,
+    )
+    return result
+
+
+def scenario_save(args):
+    model = build_model(args.size)
+    model.load_weights(args.workdir / "model.weights.h5")
+    path = args.workdir / "saved.weights.h5"
+    written_before = io_counter("wchar")
+    model.save_weights(path)
+    result = {"bytes_written": io_counter("wchar") - written_before}
+    # Every process returns from `save_weights` only once the file is
+    # complete, so each can read it back.
+    reference = load_reference(args.workdir)
+    checked = 0
+    with h5py.File(path, "r") as f:
+        for layer in model.layers:
+            for i, weight in enumerate(layer.weights):
+                np.testing.assert_array_equal(
+                    f[f"layers/{layer.name}/vars/{i}"][()],
+                    reference[weight.path],
+                )
+                checked += 1
+    result["checked_variables"] = checked
+    return result
+
+
+def scenario_bad_shape(args):
+    path = "bad_shape.weights.h5" if args.process_id == 1 else None
+    return scenario_load(args, path or "model.weights.h5")
+
+
+SCENARIOS = {
+    "reference": scenario_reference,
+    "build": scenario_build,
+    "load": scenario_load,
+    "assign": scenario_assign,
+    "save": scenario_save,
+    "bad_shape": scenario_bad_shape,
+}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("--process-id", type=int, default=0)
+    parser.add_argument("--num-processes", type=int, default=1)
+    parser.add_argument("--coordinator")
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--size", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=1337)
+    args = parser.parse_args()
+
+    out = args.workdir / f"{args.scenario}-{args.process_id}.json"
+    try:
+        # The same seed in every process: `initialize` keeps it.
+        keras.utils.set_random_seed(args.seed)
+        if args.num_processes > 1:
+            keras.distribution.initialize(
+                job_addresses=args.coordinator,
+                num_processes=args.num_processes,
+                process_id=args.process_id,
+            )
+        result = SCENARIOS[args.scenario](args)
+        result.update(
+            process_id=jax.process_index(),
+            num_processes=jax.process_count(),
+            local_devices=jax.local_device_count(),
+            global_devices=jax.device_count(),
+        )
+    except Exception as e:
+        traceback.print_exc()
+        out.write_text(
+            json.dumps({"error": {"type": type(e).__name__, "message": str(e)}})
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Skip JAX's exit-time shutdown barrier, which would wait for the
+        # other processes.
+        os._exit(1)
+    out.write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
