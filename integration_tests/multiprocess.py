@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TREE = ROOT / "build" / "keras"
+# `SHARDWISE_TREE` points the harness at another tree (such as the base).
+TREE = Path(os.environ.get("SHARDWISE_TREE", ROOT / "build" / "keras"))
 MIB = 2**20
 
 
@@ -165,7 +166,8 @@ def main():
         prepare(workdir, args.size, args.tree)
         share = args.size * MIB / args.processes
         header = (
-            f"{'scenario':<10} {'proc':>4} {'read MiB':>9} {'held MiB':>9} "
+            f"{'scenario':<10} {'proc':>4} {'read MiB':>9} {'wrote MiB':>9} "
+            f"{'held MiB':>9} "
             f"{'own MiB':>8} {'busiest dev':>12} {'RSS +MiB':>9} "
             f"{'RSS/own':>8} {'seconds':>8}"
         )
@@ -204,6 +206,7 @@ def row(scenario, process_id, result, share):
     rss = result.get("rss_increase")
     return (
         f"{scenario:<10} {process_id:>4} {mib(result.get('bytes_read')):>9} "
+        f"{mib(result.get('bytes_written')):>9} "
         f"{mib(result.get('bytes_held')):>9} {share / MIB:>8.1f} "
         f"{'-' if busiest is None else f'{busiest / shard:.2f} shards':>12} "
         f"{mib(rss):>9} {'-' if rss is None else f'{rss / share:.2f}':>8} "

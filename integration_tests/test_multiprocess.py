@@ -1,0 +1,106 @@
+"""Sharded init, load and save across 2 JAX processes of 4 CPU devices.
+
+Each test runs one scenario of `worker.py` in 2 processes that form one
+global mesh of 8 devices (see `multiprocess.py`), with an 8 MiB embedding
+sharded by column and a dense kernel sharded by row.
+"""
+
+import math
+import time
+
+import h5py
+import pytest
+
+from integration_tests import multiprocess
+from integration_tests import worker
+
+SIZE = 8
+NUM_PROCESSES = 2
+DEVICES = 4
+MIB = 2**20
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("multiprocess")
+    multiprocess.prepare(path, size=SIZE)
+    return path
+
+
+def run(scenario, workdir):
+    return multiprocess.launch(
+        scenario, workdir, NUM_PROCESSES, DEVICES, size=SIZE
+    )
+
+
+def own_bytes():
+    """Bytes of the weights that the 4 devices of one process hold."""
+    embeddings = worker.rows(SIZE) * worker.EMBED_DIM * 4
+    kernel = worker.EMBED_DIM * worker.DENSE_UNITS * 4
+    bias = worker.DENSE_UNITS * 4  # Replicated: one copy per device.
+    return (embeddings + kernel) // NUM_PROCESSES + DEVICES * bias
+
+
+def num_local_shards():
+    return 3 * DEVICES  # embeddings, kernel, bias
+
+
+def test_build_holds_only_local_shards(workdir):
+    results = run("build", workdir).check()
+    for result in results:
+        assert result["global_devices"] == NUM_PROCESSES * DEVICES
+        assert result["local_devices"] == DEVICES
+        assert not result["fully_addressable"]
+        assert result["bytes_held"] == own_bytes()
+        # Equal to the single-process build with the same seed.
+        assert result["checked_shards"] == num_local_shards()
+
+
+def test_load_weights_reads_only_local_slices(workdir):
+    results = run("load", workdir).check()
+    for result in results:
+        # Its own slices, plus the file's metadata.
+        assert own_bytes() <= result["bytes_read"] <= own_bytes() + MIB // 4
+        assert result["bytes_held"] == own_bytes()
+        assert result["checked_shards"] == num_local_shards()
+        # The old value and the new one: 2 shards on the busiest device.
+        assert result["peak_device_bytes"] <= 2 * result["largest_device_bytes"]
+
+
+def test_set_weights_and_assign_place_local_shards(workdir):
+    results = run("assign", workdir).check()
+    for result in results:
+        assert result["checked_shards"] == 2 * num_local_shards()
+        assert result["peak_device_bytes"] <= 2 * result["largest_device_bytes"]
+
+
+def test_save_weights_writes_one_file_from_the_first_process(workdir):
+    results = run("save", workdir).check()
+    size = (workdir / "saved.weights.h5").stat().st_size
+    # Only process 0 wrote; every process read back exact values, from the
+    # single file and from a sharded save loaded into a new model.
+    assert results[0]["bytes_written"] >= size
+    assert results[1]["bytes_written"] == 0
+    for result in results:
+        assert result["checked_variables"] == 3
+        assert result["checked_shards"] == num_local_shards()
+    with h5py.File(workdir / "saved.weights.h5") as f:
+        assert f["layers/embedding/vars/0"].shape == (
+            worker.rows(SIZE),
+            worker.EMBED_DIM,
+        )
+
+
+def test_bad_shape_fails_in_its_process_and_the_others_end(workdir):
+    start = time.monotonic()
+    run_ = run("bad_shape", workdir)
+    assert time.monotonic() - start < 60
+    assert run_.returncodes[1] == 1
+    error = run_.results[1]["error"]
+    assert error["type"] == "ValueError"
+    assert "embedding/embeddings" in error["message"]
+    assert f"value.shape=({worker.rows(SIZE)}, 512)" in error["message"]
+    # Process 0 loaded its own checkpoint, then waited for process 1 at
+    # exit; the launcher stopped it.
+    assert run_.returncodes[0] is not None
+    assert all(math.isfinite(code) for code in run_.returncodes)
