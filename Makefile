@@ -5,19 +5,21 @@ PY := $(VENV)/bin/python
 TREE ?= fork
 CHUNK ?= 1/1
 SIZE ?= 1000
+MP_SIZE ?= 250
 BLOCKS ?= 8
 REPEATS ?= 1
 SCENARIOS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv tree patches check-series wheel test test-full \
-	compare-full bench demo lint clean
+	compare-full bench multiprocess demo lint clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
 		awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 	@echo "  Variables: TREE=fork|upstream (test, test-full), CHUNK=i/N,"
-	@echo "  SIZE=MiB BLOCKS=N REPEATS=N SCENARIOS=a,b (bench)"
+	@echo "  SIZE=MiB BLOCKS=N REPEATS=N SCENARIOS=a,b (bench),"
+	@echo "  MP_SIZE=MiB TREE=fork|upstream (multiprocess)"
 
 $(VENV)/.installed: requirements.txt requirements-test.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +52,14 @@ compare-full: venv ## Diff the fork's full-suite failures against upstream's
 bench: venv ## The main command: fork vs upstream memory and time, side by side
 	$(PY) -m benchmarks.run --size $(SIZE) --blocks $(BLOCKS) \
 		--repeats $(REPEATS) $(if $(SCENARIOS),--scenarios $(SCENARIOS))
+
+multiprocess: tree ## 2 JAX processes x 4 devices: bytes read/held, memory
+ifeq ($(TREE),upstream)
+	$(PY) -m tools.tree build/keras-upstream --base-only
+endif
+	$(PY) -m integration_tests.multiprocess --size $(MP_SIZE) \
+		$(if $(filter upstream,$(TREE)),--tree build/keras-upstream) \
+		build load assign save bad_shape
 
 demo: tree ## Build a sharded model on 8 CPU devices and show its layout
 	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=8 \
