@@ -48,6 +48,7 @@ SCENARIOS = (
     "set_weights_embedding",
     "assign_embedding",
     "build_then_load_decoder",
+    "deferred_build_then_load_decoder",
     "orbax_load_embedding",
 )
 MIB = 2**20

@@ -203,6 +203,15 @@ def _build_then_load(args, state):
     state["model"].load_weights(Path(args.data) / f"{args.family}.weights.h5")
 
 
+def _deferred_build_then_load(args, state):
+    # Upstream has no way to skip the initialization: there this is the
+    # same as `build_then_load`.
+    defer = getattr(keras.utils, "defer_initialization", None)
+    with defer() if defer else contextlib.nullcontext():
+        state["model"] = BUILDERS[args.family](args)
+    state["model"].load_weights(Path(args.data) / f"{args.family}.weights.h5")
+
+
 def _with_values(args, family):
     state = _build(args, family)
     model = state["model"]
@@ -240,6 +249,11 @@ SCENARIOS = {
     "set_weights_embedding": ("embedding", _with_values, _set_weights),
     "assign_embedding": ("embedding", _with_values, _assign),
     "build_then_load_decoder": ("decoder", None, _build_then_load),
+    "deferred_build_then_load_decoder": (
+        "decoder",
+        None,
+        _deferred_build_then_load,
+    ),
     "orbax_load_embedding": (
         "embedding",
         _build_compiled,

@@ -166,7 +166,7 @@ def main():
         prepare(workdir, args.size, args.tree)
         share = args.size * MIB / args.processes
         header = (
-            f"{'scenario':<10} {'proc':>4} {'read MiB':>9} {'wrote MiB':>9} "
+            f"{'scenario':<14} {'proc':>4} {'read MiB':>9} {'wrote MiB':>9} "
             f"{'held MiB':>9} "
             f"{'own MiB':>8} {'busiest dev':>12} {'RSS +MiB':>9} "
             f"{'RSS/own':>8} {'seconds':>8}"
@@ -186,7 +186,7 @@ def main():
                 if run.returncodes[i] != 0 or result is None:
                     error = (result or {}).get("error", {})
                     print(
-                        f"{scenario:<10} {i:>4} failed "
+                        f"{scenario:<14} {i:>4} failed "
                         f"(exit {run.returncodes[i]}): "
                         f"{error.get('type')}: "
                         f"{str(error.get('message'))[:200]}"
@@ -205,7 +205,7 @@ def row(scenario, process_id, result, share):
     shard = result.get("largest_device_bytes")
     rss = result.get("rss_increase")
     return (
-        f"{scenario:<10} {process_id:>4} {mib(result.get('bytes_read')):>9} "
+        f"{scenario:<14} {process_id:>4} {mib(result.get('bytes_read')):>9} "
         f"{mib(result.get('bytes_written')):>9} "
         f"{mib(result.get('bytes_held')):>9} {share / MIB:>8.1f} "
         f"{'-' if busiest is None else f'{busiest / shard:.2f} shards':>12} "

@@ -104,3 +104,13 @@ def test_bad_shape_fails_in_its_process_and_the_others_end(workdir):
     # exit; the launcher stopped it.
     assert run_.returncodes[0] is not None
     assert all(math.isfinite(code) for code in run_.returncodes)
+
+
+def test_deferred_build_places_nothing_then_load_places_shards(workdir):
+    results = run("deferred_load", workdir).check()
+    for result in results:
+        assert result["arrays_placed_by_build"] == 0
+        assert result["bytes_held"] == own_bytes()
+        assert result["checked_shards"] == num_local_shards()
+        # Only the loaded shards: there is no old value.
+        assert result["peak_device_bytes"] == result["largest_device_bytes"]

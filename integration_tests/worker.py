@@ -18,9 +18,11 @@ Scenarios:
   assign     `set_weights` then `assign` from the reference NumPy values
   save       load, then `save_weights` to saved.weights.h5 and read it back
   bad_shape  like `load`, but process 1 reads a checkpoint of another shape
+  deferred_load  build in `keras.utils.defer_initialization()`, then load
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -45,7 +47,7 @@ def rows(size_mib):
     return size_mib * 2**20 // (EMBED_DIM * 4)
 
 
-def build_model(size_mib, embed_dim=EMBED_DIM):
+def build_model(size_mib, embed_dim=EMBED_DIM, deferred=False):
     devices = keras.distribution.list_devices()
     mesh = keras.distribution.DeviceMesh(
         (1, len(devices)), axis_names=("batch", "model"), devices=devices
@@ -53,7 +55,11 @@ def build_model(size_mib, embed_dim=EMBED_DIM):
     layout_map = keras.distribution.LayoutMap(mesh)
     layout_map[".*embedding/embeddings"] = (None, "model")
     layout_map[".*dense/kernel"] = ("model", None)
-    with keras.distribution.ModelParallel(layout_map=layout_map).scope():
+    defer = keras.utils.defer_initialization if deferred else None
+    with (
+        keras.distribution.ModelParallel(layout_map=layout_map).scope(),
+        defer() if defer else contextlib.nullcontext(),
+    ):
         model = keras.Sequential(
             [
                 keras.Input((8,), dtype="int32"),
@@ -63,7 +69,8 @@ def build_model(size_mib, embed_dim=EMBED_DIM):
                 keras.layers.Dense(DENSE_UNITS, name="dense"),
             ]
         )
-    jax.block_until_ready([w.value for w in model.weights])
+    if not deferred:
+        jax.block_until_ready([w.value for w in model.weights])
     return model
 
 
@@ -228,6 +235,30 @@ def scenario_save(args):
     return result
 
 
+def scenario_deferred_load(args):
+    """Build in `keras.utils.defer_initialization()`, then load."""
+    live_before = len(jax.live_arrays())
+    model = build_model(args.size, deferred=True)
+    result = {"arrays_placed_by_build": len(jax.live_arrays()) - live_before}
+    sampler = memory.Sampler()
+    memory.reset_peak_rss()
+    rss_before, _ = memory.rss_bytes()
+    read_before = io_counter("rchar")
+    with sampler, memory.hooks(sampler):
+        model.load_weights(args.workdir / "model.weights.h5")
+    _, rss_peak = memory.rss_bytes()
+    held, largest = local_shards(model)
+    result.update(
+        bytes_read=io_counter("rchar") - read_before,
+        rss_increase=rss_peak - rss_before,
+        peak_device_bytes=max(sampler.peak.values()),
+        bytes_held=held,
+        largest_device_bytes=largest,
+        checked_shards=check_values(model, load_reference(args.workdir)),
+    )
+    return result
+
+
 def scenario_bad_shape(args):
     path = "bad_shape.weights.h5" if args.process_id == 1 else None
     return scenario_load(args, path or "model.weights.h5")
@@ -240,6 +271,7 @@ SCENARIOS = {
     "assign": scenario_assign,
     "save": scenario_save,
     "bad_shape": scenario_bad_shape,
+    "deferred_load": scenario_deferred_load,
 }
 
 
