@@ -29,6 +29,25 @@ ROOT = Path(__file__).resolve().parent.parent
 TREE = Path(os.environ.get("SHARDWISE_TREE", ROOT / "build" / "keras"))
 MIB = 2**20
 
+# The model every scenario builds: an embedding of `size` MiB sharded by
+# column, then a dense layer whose kernel is sharded by row.
+EMBED_DIM = 1024
+DENSE_UNITS = 64
+
+
+def rows(size_mib):
+    return size_mib * 2**20 // (EMBED_DIM * 4)
+
+
+def own_bytes(size_mib, num_processes, devices_per_process):
+    """Bytes of the model's weights that the devices of one process hold:
+    its share of the sharded embeddings and kernel, and one copy of the
+    replicated bias per device."""
+    embeddings = rows(size_mib) * EMBED_DIM * 4
+    kernel = EMBED_DIM * DENSE_UNITS * 4
+    bias = DENSE_UNITS * 4
+    return (embeddings + kernel) // num_processes + devices_per_process * bias
+
 
 def free_port():
     with socket.socket() as s:
@@ -164,7 +183,7 @@ def main():
     print(f"devices, {args.processes} processes of {8 // args.processes}.")
     with tempfile.TemporaryDirectory() as workdir:
         prepare(workdir, args.size, args.tree)
-        share = args.size * MIB / args.processes
+        share = own_bytes(args.size, args.processes, 8 // args.processes)
         header = (
             f"{'scenario':<14} {'proc':>4} {'read MiB':>9} {'wrote MiB':>9} "
             f"{'held MiB':>9} "

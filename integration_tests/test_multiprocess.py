@@ -12,7 +12,6 @@ import h5py
 import pytest
 
 from integration_tests import multiprocess
-from integration_tests import worker
 
 SIZE = 8
 NUM_PROCESSES = 2
@@ -34,11 +33,7 @@ def run(scenario, workdir):
 
 
 def own_bytes():
-    """Bytes of the weights that the 4 devices of one process hold."""
-    embeddings = worker.rows(SIZE) * worker.EMBED_DIM * 4
-    kernel = worker.EMBED_DIM * worker.DENSE_UNITS * 4
-    bias = worker.DENSE_UNITS * 4  # Replicated: one copy per device.
-    return (embeddings + kernel) // NUM_PROCESSES + DEVICES * bias
+    return multiprocess.own_bytes(SIZE, NUM_PROCESSES, DEVICES)
 
 
 def num_local_shards():
@@ -86,8 +81,8 @@ def test_save_weights_writes_one_file_from_the_first_process(workdir):
         assert result["checked_shards"] == num_local_shards()
     with h5py.File(workdir / "saved.weights.h5") as f:
         assert f["layers/embedding/vars/0"].shape == (
-            worker.rows(SIZE),
-            worker.EMBED_DIM,
+            multiprocess.rows(SIZE),
+            multiprocess.EMBED_DIM,
         )
 
 
@@ -99,7 +94,7 @@ def test_bad_shape_fails_in_its_process_and_the_others_end(workdir):
     error = run_.results[1]["error"]
     assert error["type"] == "ValueError"
     assert "embedding/embeddings" in error["message"]
-    assert f"value.shape=({worker.rows(SIZE)}, 512)" in error["message"]
+    assert f"value.shape=({multiprocess.rows(SIZE)}, 512)" in error["message"]
     # Process 0 loaded its own checkpoint, then waited for process 1 at
     # exit; the launcher stopped it.
     assert run_.returncodes[0] is not None
@@ -112,5 +107,8 @@ def test_deferred_build_places_nothing_then_load_places_shards(workdir):
         assert result["arrays_placed_by_build"] == 0
         assert result["bytes_held"] == own_bytes()
         assert result["checked_shards"] == num_local_shards()
-        # Only the loaded shards: there is no old value.
-        assert result["peak_device_bytes"] == result["largest_device_bytes"]
+        # Only the loaded shards (there is no old value), plus the few
+        # bytes of the scalars of the end-of-load barrier.
+        assert (
+            result["peak_device_bytes"] <= result["largest_device_bytes"] + 1024
+        )
