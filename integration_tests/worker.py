@@ -19,6 +19,7 @@ Scenarios:
   save       load, then `save_weights` to saved.weights.h5 and read it back
   bad_shape  like `load`, but process 1 reads a checkpoint of another shape
   deferred_load  build in `keras.utils.defer_initialization()`, then load
+  hang       never returns (tests the launcher's deadline)
 """
 
 import argparse
@@ -268,6 +269,12 @@ def scenario_bad_shape(args):
     return scenario_load(args, path or "model.weights.h5")
 
 
+def scenario_hang(args):
+    """Never returns: for the launcher's deadline."""
+    while True:
+        time.sleep(1)
+
+
 SCENARIOS = {
     "reference": scenario_reference,
     "build": scenario_build,
@@ -276,6 +283,7 @@ SCENARIOS = {
     "save": scenario_save,
     "bad_shape": scenario_bad_shape,
     "deferred_load": scenario_deferred_load,
+    "hang": scenario_hang,
 }
 
 
