@@ -72,8 +72,9 @@ def build_model(size_mib, embed_dim=EMBED_DIM, deferred=False):
 
 
 def io_counter(key):
-    """This process's `rchar` or `wchar` from /proc/self/io: the bytes it has
-    read or written through system calls so far."""
+    """A counter of this process from /proc/self/io: `rchar`, the bytes it
+    has read through system calls, or `write_bytes`, the bytes it has
+    written to storage (sockets not included)."""
     with open("/proc/self/io") as f:
         for line in f:
             name, _, value = line.partition(":")
@@ -115,7 +116,7 @@ def check_values(model, reference):
 
 def load_reference(workdir):
     with np.load(workdir / "reference.npz") as data:
-        return {key.replace("|", "/"): data[key] for key in data.files}
+        return {name.replace("|", "/"): data[name] for name in data.files}
 
 
 def measured(function):
@@ -207,7 +208,7 @@ def scenario_save(args):
     path = args.workdir / "saved.weights.h5"
     written = io_counter("write_bytes")
     result = measured(lambda: model.save_weights(path))
-    # Two saves.
+    # `measured()` saves twice: keep the bytes of one save.
     result["bytes_written"] = (io_counter("write_bytes") - written) // 2
     result["largest_device_bytes"] = local_shards(model)[1]
     # `save_weights` returns in every process once the file is complete,
