@@ -3,9 +3,10 @@
 For the series file: every entry exists, no entry is duplicated, and no
 patch file is left out of it. Then, on a scratch tree built from the base,
 each patch in turn must apply without fuzz, after which `import keras` must
-work, the test files the patch touches must pass on 8 devices, and ruff
+work, the test files the patch touches must pass on 8 devices, ruff
 (with the tree's own `pyproject.toml`) must pass on the Python files it
-touches. Prints one line per patch.
+touches, and `keras/api` must be what `tools/api_gen.py` generates from
+the tree. Prints one line per patch.
 
 Usage: python -m tools.check_series
 """
@@ -14,6 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from tools import api_gen
 from tools import upstream
 from tools.common import BUILD
 from tools.common import PATCHES
@@ -126,6 +128,16 @@ def check_patch(tree, name):
             results.append(f"ruff FAILED\n{lint.stdout}{fmt.stdout}")
         else:
             results.append("ruff ok")
+    differ = api_gen.differences(tree)
+    if differ:
+        ok = False
+        listed = "\n".join(f"  keras/api/{name}" for name in differ)
+        results.append(
+            "keras/api differs from the generated API (run `python -m "
+            f"tools.api_gen build/keras` and amend):\n{listed}"
+        )
+    else:
+        results.append("api ok")
     return ok, ", ".join(results)
 
 

@@ -1,16 +1,19 @@
 """Runs the test suites against the materialized tree.
 
 `test` (the README's test command) first checks the series (see
-`check_series.py`), then runs, with the JAX backend on 8 virtual CPU
-devices:
-  1. upstream's multi-device tier over the whole unit suite
-     (`pytest keras -m multi_device`);
-  2. the upstream suites the fork touches: the fixed list `SUITES` plus the
-     folder of every file a patch changes;
-  3. the project's own tests (`tools/tests`, `integration_tests`), on the
-     fork only.
+`check_series.py`), then runs the stages of `stages()`, the configurations
+of upstream CI that the series concerns, each on 8 virtual CPU devices:
+  1. jax: upstream's multi-device tier over the whole unit suite
+     (`pytest keras -m multi_device`), then the upstream suites the fork
+     touches: the fixed list `SUITES` plus the test files beside every
+     file a patch changes;
+  2. jax with `KERAS_NNX_ENABLED=true` over `NNX_SUITES`;
+  3. tensorflow, torch and numpy over `BACKEND_SUITES`;
+  4. the project's own tests (`tools/tests`, `benchmarks/tests`,
+     `integration_tests`), on the fork only.
 Failures listed in `known-failures.txt` are tolerated, on the base tree and
-on the fork alike; any other failure fails the run.
+on the fork alike; any other failure fails the run. Tests skipped because
+an upstream fixture is missing from the sdist are counted apart.
 
 `full --chunk i/N` runs one deterministic chunk of the whole upstream unit
 suite and writes its failing test ids to `build/full/TREE/`; `compare` diffs
@@ -24,6 +27,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tools import check_series
@@ -49,6 +53,26 @@ SUITES = (
     "keras/src/optimizers",
     "keras/src/models",
 )
+# The suites of 0005, 0006 and 0008 (sharded and deferred initialization),
+# run again with Flax NNX variables.
+NNX_SUITES = (
+    "keras/src/backend/common",
+    "keras/src/backend/jax",
+    "keras/src/initializers",
+    "keras/src/layers/core",
+    "keras/src/saving",
+)
+# The backend-neutral suites that the series changes, run on the other
+# backends of upstream CI.
+OTHER_BACKENDS = ("tensorflow", "torch", "numpy")
+BACKEND_SUITES = (
+    "keras/src/backend/common",
+    "keras/src/layers/core",
+    "keras/src/models",
+    "keras/src/optimizers",
+    "keras/src/saving",
+    "keras/src/utils",
+)
 PROJECT_TESTS = ("tools/tests", "benchmarks/tests", "integration_tests")
 FULL_RESULTS = BUILD / "full"
 # Test modules whose test ids contain memory addresses, which differ between
@@ -58,27 +82,42 @@ PYTEST = (
     "-m",
     "pytest",
     "-q",
-    "-rfE",
+    "-rfEs",
     "-p",
     "no:cacheprovider",
     "-o",
     "addopts=",
 )
 OUTCOMES = ("passed", "failed", "skipped", "errors", "error", "deselected")
+# The skip reason of the harness's `conftest.py` for a missing fixture.
+MISSING_FIXTURE = "upstream fixture missing from the sdist"
 
 
 def read_known_failures(path=KNOWN_FAILURES):
-    """Returns {test id: reason} from the known-failures file."""
+    """Returns {(config, test id): reason} from the known-failures file.
+
+    A line `[config] test_id # reason` applies to one configuration of
+    `stages()` (`jax`, `jax-nnx`, `tensorflow`, `torch`, `numpy`); a line
+    without `[config]` applies to all of them. `config` is None for those.
+    """
     known = {}
     for line in Path(path).read_text().splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        test_id, _, reason = line.partition(" # ")
+        entry, _, reason = line.partition(" # ")
         if not reason.strip():
-            raise ToolError(f"{path}: no reason given for {test_id}")
-        known[test_id.strip()] = reason.strip()
+            raise ToolError(f"{path}: no reason given for {entry}")
+        config = None
+        match = re.match(r"\[([\w-]+)\]\s+(.*)", entry)
+        if match:
+            config, entry = match.groups()
+        known[(config, entry.strip())] = reason.strip()
     return known
+
+
+def is_known(config, test_id, known):
+    return (config, test_id) in known or (None, test_id) in known
 
 
 def patched_folders(patches_dir=PATCHES):
@@ -94,7 +133,7 @@ def patched_folders(patches_dir=PATCHES):
 
 def run_pytest(args, cwd, env=None):
     """Runs pytest, echoing its output; returns (exit code, failed ids,
-    outcome counts)."""
+    outcome counts, ids skipped for a missing fixture)."""
     full_env = dict(os.environ)
     full_env.update(TEST_ENV)
     full_env.update(env or {})
@@ -107,6 +146,7 @@ def run_pytest(args, cwd, env=None):
         stderr=subprocess.STDOUT,
     )
     failed = set()
+    no_fixture = []
     counts = dict.fromkeys(OUTCOMES, 0)
     last = ""
     for line in proc.stdout:
@@ -116,6 +156,8 @@ def run_pytest(args, cwd, env=None):
         if match:
             # Memory addresses in parametrized ids differ from run to run.
             failed.add(re.sub(r"0x[0-9a-f]+", "0x", match.group(2)))
+        if line.startswith("SKIPPED") and MISSING_FIXTURE in line:
+            no_fixture.append(line.split(f"{MISSING_FIXTURE}: ")[-1].strip())
         if line.strip():
             last = line
     proc.wait()
@@ -123,57 +165,89 @@ def run_pytest(args, cwd, env=None):
         if outcome in counts:
             counts[outcome] += int(number)
     counts["errors"] += counts.pop("error")
-    return proc.returncode, failed, counts
+    return proc.returncode, failed, counts, no_fixture
+
+
+def stages(tree, tree_kind):
+    """The test stages: (title, config, cwd, pytest args, environment)."""
+    # The test files beside every file a patch changes, unless a suite of
+    # `SUITES` holds them already (pytest would collect them twice).
+    suites = list(SUITES)
+    for folder in patched_folders():
+        if not any(f"{folder}/".startswith(f"{s}/") for s in SUITES):
+            suites += sorted(
+                str(p.relative_to(tree))
+                for p in (Path(tree) / folder).glob("*_test.py")
+            )
+    result = [
+        ("multi-device tier", "jax", tree, ["keras", "-m", "multi_device"]),
+        ("touched suites", "jax", tree, ["-n", "2", *suites]),
+        ("NNX suites", "jax-nnx", tree, ["-n", "2", *NNX_SUITES]),
+    ]
+    for backend in OTHER_BACKENDS:
+        result.append(
+            ("backend suites", backend, tree, ["-n", "2", *BACKEND_SUITES])
+        )
+    if tree_kind == "fork":
+        result.append(("project tests", "jax", ROOT, list(PROJECT_TESTS)))
+    return [
+        (title, config, cwd, args, _config_env(config, tree, cwd))
+        for title, config, cwd, args in result
+    ]
+
+
+def _config_env(config, tree, cwd):
+    backend = config.partition("-")[0]
+    env = {"KERAS_BACKEND": backend}
+    if config == "jax-nnx":
+        env["KERAS_NNX_ENABLED"] = "true"
+    if cwd != tree:
+        env["PYTHONPATH"] = str(tree)
+    return env
 
 
 def test(tree_kind="fork"):
     tree = _materialize(tree_kind)
     known = read_known_failures()
-    folders = set(SUITES) | set(patched_folders())
-    # Leave out folders inside another one: pytest would collect them twice.
-    suites = sorted(
-        f for f in folders if not any(f.startswith(f"{g}/") for g in folders)
-    )
-    stages = [
-        ("multi-device tier", tree, ["keras", "-m", "multi_device"], {}),
-        ("touched suites", tree, ["-n", "2", *suites], {}),
-    ]
-    if tree_kind == "fork":
-        stages.append(
-            (
-                "project tests",
-                ROOT,
-                list(PROJECT_TESTS),
-                {"PYTHONPATH": str(tree)},
-            ),
-        )
     totals = dict.fromkeys(("passed", "failed", "skipped", "errors"), 0)
     all_failed = set()
+    no_fixture = []
     broken = []
+    times = []
     if tree_kind == "fork":
         print("\n=== series check: each patch applies, imports, passes, lints")
         if not check_series.check():
             broken.append("the series check failed")
-    for title, cwd, args, env in stages:
-        print(f"\n=== {title}: pytest {' '.join(args)}", flush=True)
-        code, failed, counts = run_pytest(args, cwd, env)
+    for title, config, cwd, args, env in stages(tree, tree_kind):
+        print(f"\n=== {config}: {title}: pytest {' '.join(args)}", flush=True)
+        start = time.monotonic()
+        code, failed, counts, skipped = run_pytest(args, cwd, env)
+        times.append((f"{config}: {title}", time.monotonic() - start))
         # 0: all passed, 1: some failed, 5: nothing collected.
         if code not in (0, 1, 5) or (code == 1 and not failed):
-            broken.append(f"{title} exited with code {code}")
-        all_failed |= failed
+            broken.append(f"{config}: {title} exited with code {code}")
+        all_failed |= {(config, test_id) for test_id in failed}
+        no_fixture += skipped
         for key in totals:
             totals[key] += counts[key]
-    unexpected = sorted(all_failed - set(known))
-    seen_known = sorted(all_failed & set(known))
+    unexpected = sorted(
+        (c, t) for c, t in all_failed if not is_known(c, t, known)
+    )
+    seen_known = len(all_failed) - len(unexpected)
     print(f"\n=== summary ({tree_kind} tree: {tree})")
-    print(f"known failures seen: {len(seen_known)} of {len(known)} listed")
-    for test_id in unexpected:
-        print(f"UNEXPECTED FAILURE {test_id}")
+    for title, seconds in times:
+        print(f"{seconds:7.0f} s  {title}")
+    print(f"known failures seen: {seen_known} ({len(known)} listed)")
+    for config, test_id in unexpected:
+        print(f"UNEXPECTED FAILURE [{config}] {test_id}")
+    for fixture in sorted(set(no_fixture)):
+        print(f"SKIPPED, {MISSING_FIXTURE}: {fixture}")
     for problem in broken:
         print(f"BROKEN RUN {problem}")
     print(
         f"summary: {totals['passed']} passed, {len(unexpected)} failed, "
-        f"{totals['skipped']} skipped"
+        f"{totals['skipped']} skipped ({len(no_fixture)} for a missing "
+        "fixture)"
     )
     return 1 if unexpected or broken else 0
 
@@ -199,16 +273,17 @@ def full(chunk, tree_kind):
     print(f"chunk {index}/{total}: {len(mine)} of {len(files)} test files")
     parallel = [f for f in mine if f not in SERIAL]
     serial = [f for f in mine if f in SERIAL]
-    code, failed, _ = run_pytest(["-n", "2", *parallel], tree)
+    code, failed, _, _ = run_pytest(["-n", "2", *parallel], tree)
     if serial:
-        serial_code, serial_failed, _ = run_pytest(serial, tree)
+        serial_code, serial_failed, _, _ = run_pytest(serial, tree)
         code = max(code, serial_code)
         failed |= serial_failed
     out = FULL_RESULTS / tree_kind / f"chunk-{index}-of-{total}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(f"{t}\n" for t in sorted(failed)))
     print(f"wrote {len(failed)} failing test ids to {out}")
-    unknown = sorted(failed - set(read_known_failures()))
+    known = read_known_failures()
+    unknown = sorted(t for t in failed if not is_known("jax", t, known))
     for test_id in unknown:
         print(f"NOT IN known-failures.txt {test_id}")
     if code not in (0, 1, 5):

@@ -57,8 +57,8 @@ def build_base(dest, sdist):
         shutil.copytree(TEST_DATA / "keras", dest / "keras", dirs_exist_ok=True)
     else:
         print(
-            f"note: {TEST_DATA} is missing; upstream tests that read its "
-            "fixtures will fail."
+            f"note: {TEST_DATA} is missing; the upstream tests that read "
+            "its fixtures are skipped."
         )
     git(dest, "init", "-q", "-b", "main")
     git(dest, "config", "user.name", "shardwise")

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tools import api_gen
 from tools import check_series
 from tools import export
 from tools import suite
@@ -152,12 +153,47 @@ def test_check_series_reports_lint_failure_by_patch(base, tmp_path, capsys):
     assert "ruff FAILED" in out
 
 
+def test_api_gen_reproduces_the_sdist_api_and_finds_hand_edits(base):
+    assert api_gen.differences(base) == []
+    utils_api = base / "keras" / "api" / "utils" / "__init__.py"
+    utils_api.write_text(utils_api.read_text() + "from os import sep as sep\n")
+    assert api_gen.differences(base) == ["utils/__init__.py"]
+
+
+def test_fixture_tests_are_skipped_without_the_fixture(tmp_path, sdist):
+    dest = tmp_path / "keras"
+    tree.build_base(dest, sdist)
+    fixture = dest / "keras/src/saving/test_data"
+    shutil.rmtree(fixture, ignore_errors=True)
+    code, failed, counts, skipped = suite.run_pytest(
+        [
+            "keras/src/saving/saving_lib_test.py",
+            "-k",
+            "test_legacy_load_skips_missing_nested_containers",
+        ],
+        dest,
+    )
+    assert (code, failed, counts["skipped"]) == (0, set(), 1)
+    assert skipped == [
+        "keras/src/saving/test_data/pre_pr22362_nested_container.keras "
+        "(build the tree with SHARDWISE_TEST_DATA set to a copy of it)"
+    ]
+
+
 def test_known_failures_need_a_reason(tmp_path):
     path = tmp_path / "known.txt"
-    path.write_text("# comment\nkeras/a_test.py::T::test_x # needs foo\n")
-    assert suite.read_known_failures(path) == {
-        "keras/a_test.py::T::test_x": "needs foo"
+    path.write_text(
+        "# comment\nkeras/a_test.py::T::test_x # needs foo\n"
+        "[torch] keras/a_test.py::T::test_z # torch only\n"
+    )
+    known = suite.read_known_failures(path)
+    assert known == {
+        (None, "keras/a_test.py::T::test_x"): "needs foo",
+        ("torch", "keras/a_test.py::T::test_z"): "torch only",
     }
+    assert suite.is_known("numpy", "keras/a_test.py::T::test_x", known)
+    assert suite.is_known("torch", "keras/a_test.py::T::test_z", known)
+    assert not suite.is_known("jax", "keras/a_test.py::T::test_z", known)
     path.write_text("keras/a_test.py::T::test_y\n")
     with pytest.raises(ToolError, match="no reason"):
         suite.read_known_failures(path)
@@ -165,8 +201,25 @@ def test_known_failures_need_a_reason(tmp_path):
 
 def test_repo_known_failures_file_parses():
     known = suite.read_known_failures()
-    for test_id in known:
+    configs = {config for _, _, config, _, _ in _stages()}
+    for config, test_id in known:
+        assert config is None or config in configs
         assert test_id.startswith("keras/")
+
+
+def _stages():
+    return [
+        (title, cwd, config, args, env)
+        for title, config, cwd, args, env in suite.stages(Path("tree"), "fork")
+    ]
+
+
+def test_stages_cover_upstream_ci_configurations():
+    envs = {config: env for _, _, config, _, env in _stages()}
+    assert set(envs) == {"jax", "jax-nnx", "tensorflow", "torch", "numpy"}
+    assert envs["jax-nnx"]["KERAS_NNX_ENABLED"] == "true"
+    for config, env in envs.items():
+        assert env["KERAS_BACKEND"] == config.partition("-")[0]
 
 
 def test_patched_folders(tmp_path):
