@@ -11,7 +11,7 @@ REPEATS ?= 1
 SCENARIOS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv tree patches check-series wheel test test-full \
+.PHONY: help venv tree patches check-series api wheel test test-full \
 	compare-full bench multiprocess demo lint clean
 
 help: ## List the targets
@@ -34,8 +34,11 @@ tree: venv ## Materialize build/keras: the pinned sdist plus patches/series
 patches: venv ## Export upstream..HEAD of build/keras into patches/
 	$(PY) -m tools.export
 
-check-series: venv ## Check each patch applies, imports, passes, lints
+check-series: venv ## Check each patch applies, imports, passes, lints, API
 	$(PY) -m tools.check_series
+
+api: venv ## Regenerate keras/api of build/keras from its `keras_export` calls
+	$(PY) -m tools.api_gen build/keras
 
 wheel: venv ## Build dist/keras-3.15.1+shardwise.N-*.whl and check it installs
 	$(PY) -m tools.wheel --verify

@@ -75,6 +75,8 @@ BACKEND_SUITES = (
 )
 PROJECT_TESTS = ("tools/tests", "benchmarks/tests", "integration_tests")
 FULL_RESULTS = BUILD / "full"
+FULL_SUITE_RESULTS = ROOT / "full-suite-results.txt"
+COUNTED = ("passed", "failed", "skipped", "errors", "seconds")
 # Test modules whose test ids contain memory addresses, which differ between
 # pytest-xdist workers; they run in a separate pytest process without xdist.
 SERIAL = ("keras/src/wrappers/sklearn_test.py",)
@@ -273,14 +275,19 @@ def full(chunk, tree_kind):
     print(f"chunk {index}/{total}: {len(mine)} of {len(files)} test files")
     parallel = [f for f in mine if f not in SERIAL]
     serial = [f for f in mine if f in SERIAL]
-    code, failed, _, _ = run_pytest(["-n", "2", *parallel], tree)
+    start = time.monotonic()
+    code, failed, counts, _ = run_pytest(["-n", "2", *parallel], tree)
     if serial:
-        serial_code, serial_failed, _, _ = run_pytest(serial, tree)
+        serial_code, serial_failed, serial_counts, _ = run_pytest(serial, tree)
         code = max(code, serial_code)
         failed |= serial_failed
+        for key in counts:
+            counts[key] += serial_counts[key]
+    counts["seconds"] = round(time.monotonic() - start)
     out = FULL_RESULTS / tree_kind / f"chunk-{index}-of-{total}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(f"{t}\n" for t in sorted(failed)))
+    header = "".join(f"# {key} {counts[key]}\n" for key in COUNTED)
+    out.write_text(header + "".join(f"{t}\n" for t in sorted(failed)))
     print(f"wrote {len(failed)} failing test ids to {out}")
     known = read_known_failures()
     unknown = sorted(t for t in failed if not is_known("jax", t, known))
@@ -292,6 +299,8 @@ def full(chunk, tree_kind):
 
 
 def compare():
+    """Diffs the fork's full-suite failures against the base's and writes
+    both, with their counts, to `FULL_SUITE_RESULTS`."""
     results = {}
     for kind in ("upstream", "fork"):
         chunks = sorted((FULL_RESULTS / kind).glob("chunk-*.txt"))
@@ -300,10 +309,16 @@ def compare():
                 f"no results in {FULL_RESULTS / kind}; run "
                 f"`make test-full TREE={kind} CHUNK=i/N` first"
             )
-        results[kind] = (
-            {c.name for c in chunks},
-            {t for c in chunks for t in c.read_text().split()},
-        )
+        counts = dict.fromkeys(COUNTED, 0)
+        failed = set()
+        for chunk in chunks:
+            for line in chunk.read_text().splitlines():
+                if line.startswith("# "):
+                    key, value = line[2:].split()
+                    counts[key] += int(value)
+                elif line:
+                    failed.add(line)
+        results[kind] = ({c.name for c in chunks}, failed, counts)
     if results["upstream"][0] != results["fork"][0]:
         print("note: the two trees were run with different chunks")
     new = sorted(results["fork"][1] - results["upstream"][1])
@@ -312,10 +327,25 @@ def compare():
         print(f"FAILS ONLY ON THE FORK {test_id}")
     for test_id in fixed:
         print(f"fails only on upstream {test_id}")
-    print(
+    summary = (
         f"{len(results['upstream'][1])} failures on upstream, "
         f"{len(results['fork'][1])} on the fork, {len(new)} new"
     )
+    print(summary)
+    lines = [
+        "# The whole upstream unit suite (JAX, 8 CPU devices), base vs fork.",
+        "# Regenerate: make test-full TREE=upstream CHUNK=i/N and",
+        "# make test-full TREE=fork CHUNK=i/N for every i, then",
+        "# make compare-full.",
+        f"# {summary}",
+    ]
+    for kind in ("upstream", "fork"):
+        chunks, failed, counts = results[kind]
+        numbers = ", ".join(f"{counts[key]} {key}" for key in COUNTED)
+        lines.append(f"{kind}: {len(chunks)} chunks, {numbers}")
+        lines += [f"{kind} FAILED {test_id}" for test_id in sorted(failed)]
+    FULL_SUITE_RESULTS.write_text("\n".join(lines) + "\n")
+    print(f"wrote {FULL_SUITE_RESULTS.name}")
     return 1 if new else 0
 
 
