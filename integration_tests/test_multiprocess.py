@@ -112,6 +112,15 @@ def test_deferred_build_places_nothing_then_load_places_shards(workdir):
         )
 
 
+def test_repaired_layout_saves_and_loads(workdir):
+    results = run("repaired", workdir).check()
+    for result in results:
+        # 12 columns on 8 devices: sharded by its 16 rows instead.
+        assert result["kernel_spec"] == ["model", "None"]
+        assert result["kernel_shard_shape"] == [2, 12]
+        assert result["checked_shards"] == 2 * DEVICES
+
+
 def test_launcher_stops_processes_at_the_deadline(workdir):
     start = time.monotonic()
     run_ = multiprocess.launch(

@@ -19,6 +19,7 @@ Scenarios:
   save       load, then `save_weights` to saved.weights.h5 and read it back
   bad_shape  like `load`, but process 1 reads a checkpoint of another shape
   deferred_load  build in `keras.utils.defer_initialization()`, then load
+  repaired   a layout that the mesh does not divide: save, then deferred load
   hang       never returns (tests the launcher's deadline)
 """
 
@@ -265,6 +266,50 @@ def scenario_deferred_load(args):
     return result
 
 
+def scenario_repaired(args):
+    """A kernel of 12 columns sharded by column: 8 global devices do not
+    divide it, so its layout is repaired (to rows). Save from the first
+    process, then load into a model built in the deferred scope."""
+    devices = keras.distribution.list_devices()
+    mesh = keras.distribution.DeviceMesh(
+        (1, len(devices)), axis_names=("batch", "model"), devices=devices
+    )
+    layout_map = keras.distribution.LayoutMap(mesh)
+    layout_map[".*dense/kernel"] = (None, "model")
+    distribution = keras.distribution.ModelParallel(layout_map=layout_map)
+
+    def build(deferred):
+        defer = keras.utils.defer_initialization
+        with (
+            distribution.scope(),
+            defer() if deferred else contextlib.nullcontext(),
+        ):
+            return keras.Sequential(
+                [keras.Input((16,)), keras.layers.Dense(12, name="dense")]
+            )
+
+    source = build(deferred=False)
+    path = args.workdir / "repaired.weights.h5"
+    source.save_weights(path)
+    model = build(deferred=True)
+    model.load_weights(path)
+    checked = 0
+    with h5py.File(path, "r") as f:
+        for weight, i in zip(model.weights, ("0", "1")):
+            expected = f[f"layers/dense/vars/{i}"][()]
+            for shard in weight.value.addressable_shards:
+                np.testing.assert_array_equal(
+                    np.asarray(shard.data), expected[shard.index]
+                )
+                checked += 1
+    kernel = model.weights[0].value
+    return {
+        "kernel_spec": [str(axis) for axis in kernel.sharding.spec],
+        "kernel_shard_shape": kernel.addressable_shards[0].data.shape,
+        "checked_shards": checked,
+    }
+
+
 def scenario_bad_shape(args):
     path = "bad_shape.weights.h5" if args.process_id == 1 else None
     return scenario_load(args, path or "model.weights.h5")
@@ -284,6 +329,7 @@ SCENARIOS = {
     "save": scenario_save,
     "bad_shape": scenario_bad_shape,
     "deferred_load": scenario_deferred_load,
+    "repaired": scenario_repaired,
     "hang": scenario_hang,
 }
 

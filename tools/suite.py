@@ -10,7 +10,8 @@ of upstream CI that the series concerns, each on 8 virtual CPU devices:
   2. jax with `KERAS_NNX_ENABLED=true` over `NNX_SUITES`;
   3. tensorflow, torch and numpy over `BACKEND_SUITES`;
   4. the project's own tests (`tools/tests`, `benchmarks/tests`,
-     `integration_tests`), on the fork only.
+     `integration_tests`), on the fork only, then the keras-hub tests
+     again on 16 devices.
 Failures listed in `known-failures.txt` are tolerated, on the base tree and
 on the fork alike; any other failure fails the run. Tests skipped because
 an upstream fixture is missing from the sdist are counted apart.
@@ -74,6 +75,8 @@ BACKEND_SUITES = (
     "keras/src/utils",
 )
 PROJECT_TESTS = ("tools/tests", "benchmarks/tests", "integration_tests")
+# Run again on 16 devices, where more of the real head counts do not divide.
+KERAS_HUB_TESTS = "integration_tests/test_keras_hub.py"
 FULL_RESULTS = BUILD / "full"
 FULL_SUITE_RESULTS = ROOT / "full-suite-results.txt"
 COUNTED = ("passed", "failed", "skipped", "errors", "seconds")
@@ -192,6 +195,9 @@ def stages(tree, tree_kind):
         )
     if tree_kind == "fork":
         result.append(("project tests", "jax", ROOT, list(PROJECT_TESTS)))
+        result.append(
+            ("keras-hub tests on 16 devices", "jax-16", ROOT, [KERAS_HUB_TESTS])
+        )
     return [
         (title, config, cwd, args, _config_env(config, tree, cwd))
         for title, config, cwd, args in result
@@ -203,6 +209,8 @@ def _config_env(config, tree, cwd):
     env = {"KERAS_BACKEND": backend}
     if config == "jax-nnx":
         env["KERAS_NNX_ENABLED"] = "true"
+    if config == "jax-16":
+        env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=16"
     if cwd != tree:
         env["PYTHONPATH"] = str(tree)
     return env

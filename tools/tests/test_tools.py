@@ -216,8 +216,16 @@ def _stages():
 
 def test_stages_cover_upstream_ci_configurations():
     envs = {config: env for _, _, config, _, env in _stages()}
-    assert set(envs) == {"jax", "jax-nnx", "tensorflow", "torch", "numpy"}
+    assert set(envs) == {
+        "jax",
+        "jax-nnx",
+        "jax-16",
+        "tensorflow",
+        "torch",
+        "numpy",
+    }
     assert envs["jax-nnx"]["KERAS_NNX_ENABLED"] == "true"
+    assert envs["jax-16"]["XLA_FLAGS"].endswith("device_count=16")
     for config, env in envs.items():
         assert env["KERAS_BACKEND"] == config.partition("-")[0]
 
