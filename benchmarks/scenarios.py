@@ -2,6 +2,7 @@
 
 Usage (the runner, `run.py`, calls it):
   python scenarios.py prepare --data DIR [--size MIB] [--blocks N]
+                             [--scenarios a,b,...]
   python scenarios.py SCENARIO --data DIR --mode memory|time --out FILE
 
 `prepare` writes the checkpoints the load scenarios read. In `memory` mode
@@ -20,6 +21,7 @@ from pathlib import Path
 os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
+import hf_checkpoint  # noqa: E402
 import jax  # noqa: E402
 import keras  # noqa: E402
 import memory  # noqa: E402
@@ -42,6 +44,12 @@ def distribution(family):
     mesh = keras.distribution.DeviceMesh(
         (1, len(devices)), axis_names=("batch", "model"), devices=devices
     )
+    if family in KERAS_HUB:
+        import keras_hub
+
+        # keras-hub's own layout map, as its users write it.
+        layout_map = keras_hub.models.LlamaBackbone.get_layout_map(mesh)
+        return keras.distribution.ModelParallel(layout_map=layout_map)
     layout_map = keras.distribution.LayoutMap(mesh)
     if family == "embedding":
         layout_map[".*embedding/embeddings"] = (None, "model")
@@ -182,6 +190,66 @@ def qwen_model(args):
     return keras.Model(tokens, x, name="qwen_model")
 
 
+# keras-hub `LlamaBackbone`s loaded with `from_preset`: with Llama-3-8B's
+# head counts at narrow widths (698 MiB: the untied output embedding is
+# replicated on every device, as keras-hub's layout map leaves it), from a
+# Keras preset and from a Hugging Face directory; and Llama-3.2-3B at full
+# size in bfloat16 (6.4 GB, opt-in).
+LLAMA_8B_NARROW = dict(
+    vocabulary_size=VOCAB,
+    num_layers=8,
+    num_query_heads=32,
+    num_key_value_heads=8,
+    hidden_dim=1024,
+    intermediate_dim=3584,
+)
+LLAMA_3B = dict(
+    vocabulary_size=128256,
+    num_layers=28,
+    num_query_heads=24,
+    num_key_value_heads=8,
+    hidden_dim=3072,
+    intermediate_dim=8192,
+    tie_word_embeddings=True,
+    rope_max_wavelength=500000,
+    dtype="bfloat16",
+)
+# family: (backbone arguments, preset kind)
+KERAS_HUB = {
+    "llama_preset": (LLAMA_8B_NARROW, "keras"),
+    "llama_hf": (LLAMA_8B_NARROW, "hf"),
+    "llama_3b": (LLAMA_3B, "keras"),
+}
+
+
+def write_keras_hub_preset(family, path):
+    import keras_hub
+
+    arguments, kind = KERAS_HUB[family]
+    if kind == "hf":
+        config = hf_checkpoint.hf_config(
+            "llama",
+            arguments["vocabulary_size"],
+            arguments["num_layers"],
+            arguments,
+        )
+        hf_checkpoint.write(path, config)
+        return
+    keras_hub.models.LlamaBackbone(**arguments).save_to_preset(str(path))
+
+
+def _from_preset(args, state):
+    import keras_hub
+
+    path = str(Path(args.data) / args.family)
+    defer = getattr(keras.utils, "defer_initialization", None)
+    if not args.scenario.startswith("deferred_") or defer is None:
+        # Upstream has no deferred scope: there both are the same.
+        defer = contextlib.nullcontext
+    with defer():
+        state["model"] = keras_hub.models.Backbone.from_preset(path)
+
+
 BUILDERS = {
     "embedding": embedding_model,
     "kernels": kernels_model,
@@ -192,8 +260,19 @@ BUILDERS = {
 
 
 def prepare(args):
+    """Writes the checkpoints of the families of `args.scenarios` that are
+    not written yet."""
     data = Path(args.data)
     data.mkdir(parents=True, exist_ok=True)
+    families = {SCENARIOS[name][0] for name in args.scenarios.split(",")}
+    for family in sorted(families & set(KERAS_HUB)):
+        done = data / f"{family}.complete"
+        if not done.exists():
+            keras.utils.set_random_seed(0)
+            write_keras_hub_preset(family, data / family)
+            done.write_text("")
+    if (data / "complete").exists() or not families - set(KERAS_HUB):
+        return
     keras.utils.set_random_seed(0)
     for family in ("embedding", "decoder", "qwen"):
         model = BUILDERS[family](args)
@@ -317,6 +396,11 @@ SCENARIOS = {
     ),
     "build_then_load_qwen": ("qwen", None, _build_then_load),
     "deferred_build_then_load_qwen": ("qwen", None, _deferred_build_then_load),
+    "keras_hub_preset_llama": ("llama_preset", None, _from_preset),
+    "deferred_keras_hub_preset_llama": ("llama_preset", None, _from_preset),
+    "keras_hub_hf_llama": ("llama_hf", None, _from_preset),
+    "deferred_keras_hub_hf_llama": ("llama_hf", None, _from_preset),
+    "deferred_keras_hub_llama3_2_3b": ("llama_3b", None, _from_preset),
     "orbax_load_embedding": (
         "embedding",
         _build_compiled,
@@ -393,6 +477,7 @@ def main():
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--mode", choices=("memory", "time"), default="time")
     parser.add_argument("--out")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     args = parser.parse_args()
     if args.scenario == "prepare":
         prepare(args)
