@@ -246,8 +246,17 @@ def _from_preset(args, state):
     if not args.scenario.startswith("deferred_") or defer is None:
         # Upstream has no deferred scope: there both are the same.
         defer = contextlib.nullcontext
+    arguments = KERAS_HUB[args.family][0]
+    kwargs = {}
+    if "dtype" in arguments:
+        # Without it keras-hub casts a bfloat16 preset to float32.
+        kwargs["dtype"] = arguments["dtype"]
+    if arguments.get("tie_word_embeddings"):
+        # keras-hub 0.32.0's `LlamaBackbone.get_config()` leaves it out: a
+        # tied backbone comes back untied, and its weights do not load.
+        kwargs["tie_word_embeddings"] = True
     with defer():
-        state["model"] = keras_hub.models.Backbone.from_preset(path)
+        state["model"] = keras_hub.models.Backbone.from_preset(path, **kwargs)
 
 
 BUILDERS = {
