@@ -128,14 +128,29 @@ def decoder_model(args):
             "btnh,nhd->btd", (SEQUENCE, HIDDEN), name=f"{name}_attention_output"
         )(h)
         x = layers.Add()([x, h])
-        h = layers.LayerNormalization(name=f"{name}_pre_ffw_norm")(x)
-        gate = layers.Dense(FFW, name=f"{name}_ffw_gating")(h)
-        up = layers.Dense(FFW, name=f"{name}_ffw_gating_2")(h)
-        h = layers.Dense(HIDDEN, name=f"{name}_ffw_linear")(
-            layers.Multiply()([gate, up])
+        x = gated_feed_forward(
+            x,
+            FFW,
+            f"{name}_pre_ffw_norm",
+            (
+                f"{name}_ffw_gating",
+                f"{name}_ffw_gating_2",
+                f"{name}_ffw_linear",
+            ),
         )
-        x = layers.Add()([x, h])
     return keras.Model(tokens, x, name="decoder_model")
+
+
+def gated_feed_forward(x, ffw, norm_name, dense_names):
+    """A residual, normalized, gated feed-forward block of width `ffw`;
+    `dense_names`: the gate, up and down projections."""
+    layers = keras.layers
+    gate_name, up_name, down_name = dense_names
+    h = layers.LayerNormalization(name=norm_name)(x)
+    gate = layers.Dense(ffw, name=gate_name)(h)
+    up = layers.Dense(ffw, name=up_name)(h)
+    h = layers.Dense(x.shape[-1], name=down_name)(layers.Multiply()([gate, up]))
+    return layers.Add()([x, h])
 
 
 # Qwen2.5-7B's head counts and head size, a quarter of its other widths.
@@ -180,13 +195,16 @@ def qwen_model(args):
             name=f"{name}_attention_output",
         )(h)
         x = layers.Add()([x, h])
-        h = layers.LayerNormalization(name=f"{name}_ffw_norm")(x)
-        gate = layers.Dense(QWEN_FFW, name=f"{name}_ffw_gate")(h)
-        up = layers.Dense(QWEN_FFW, name=f"{name}_ffw_intermediate")(h)
-        h = layers.Dense(QWEN_HIDDEN, name=f"{name}_ffw_output")(
-            layers.Multiply()([gate, up])
+        x = gated_feed_forward(
+            x,
+            QWEN_FFW,
+            f"{name}_ffw_norm",
+            (
+                f"{name}_ffw_gate",
+                f"{name}_ffw_intermediate",
+                f"{name}_ffw_output",
+            ),
         )
-        x = layers.Add()([x, h])
     return keras.Model(tokens, x, name="qwen_model")
 
 

@@ -120,6 +120,22 @@ def assert_peaks_at_shards(ratios):
     assert ratios[worst] <= PEAK_OVER_SHARDS, (worst, ratios)
 
 
+def check_backbone_preset(family, path, expected, expected_outputs):
+    """Loads the backbone preset at `path` sharded and checks the peaks,
+    the values and the outputs."""
+    backbone, ratios = load_sharded(
+        family, lambda: keras_hub.models.Backbone.from_preset(str(path))
+    )
+    assert_peaks_at_shards(ratios)
+    assert_same_values(backbone, expected)
+    np.testing.assert_allclose(
+        backbone.predict(token_ids(), verbose=0),
+        expected_outputs,
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
 def token_ids():
     return {
         "token_ids": np.arange(16, dtype="int32").reshape((2, 8)) * 7 % 256,
@@ -146,17 +162,7 @@ def test_keras_preset(family, sharded, tmp_path):
     expected_outputs = source.predict(token_ids(), verbose=0)
     del source
 
-    backbone, ratios = load_sharded(
-        family, lambda: keras_hub.models.Backbone.from_preset(str(tmp_path))
-    )
-    assert_peaks_at_shards(ratios)
-    assert_same_values(backbone, expected)
-    np.testing.assert_allclose(
-        backbone.predict(token_ids(), verbose=0),
-        expected_outputs,
-        rtol=1e-5,
-        atol=1e-5,
-    )
+    check_backbone_preset(family, tmp_path, expected, expected_outputs)
 
 
 def test_memory_cleanup_runs_on_variables_without_values():
@@ -256,14 +262,4 @@ def test_hugging_face_preset(family, tmp_path):
     )
     del unsharded
 
-    backbone, ratios = load_sharded(
-        family, lambda: keras_hub.models.Backbone.from_preset(str(tmp_path))
-    )
-    assert_peaks_at_shards(ratios)
-    assert_same_values(backbone, expected)
-    np.testing.assert_allclose(
-        backbone.predict(token_ids(), verbose=0),
-        expected_outputs,
-        rtol=1e-5,
-        atol=1e-5,
-    )
+    check_backbone_preset(family, tmp_path, expected, expected_outputs)
