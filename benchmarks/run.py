@@ -240,7 +240,10 @@ def main():
     scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = sorted(set(scenarios) - set(SCENARIOS) - set(OPT_IN_SCENARIOS))
     if unknown:
-        raise ToolError(f"unknown scenarios {unknown}; known: {SCENARIOS}")
+        raise ToolError(
+            f"unknown scenarios {unknown}; known: "
+            f"{SCENARIOS + OPT_IN_SCENARIOS}"
+        )
     pythons = {build: make_venv(build) for build in BUILDS}
     # Writes the checkpoints the scenarios read, those not written yet.
     print(f"checkpoints in {data_dir(args)}", flush=True)
