@@ -134,6 +134,18 @@ def spec_of(variable):
     return spec + (None,) * (len(variable.shape) - len(spec))
 
 
+def check_repaired(backbone, repaired):
+    """Checks the layout of each variable of `repaired`; returns them."""
+    variables = []
+    for pattern, spec in repaired.items():
+        (variable,) = [
+            v for v in backbone.weights if re.fullmatch(pattern, v.path)
+        ]
+        assert spec_of(variable) == tuple(spec), variable.path
+        variables.append(variable)
+    return variables
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_backbone_builds_loads_and_predicts(name, tmp_path):
     num_devices = jax.device_count()
@@ -164,22 +176,14 @@ def test_backbone_builds_loads_and_predicts(name, tmp_path):
     repaired = REPAIRED[(name, num_devices)]
     listed = repairs[0].split("\n")[1:]
     assert len(listed) == 2 * len(repaired), listed
-    for pattern, spec in repaired.items():
-        (variable,) = [
-            v for v in backbone.weights if re.fullmatch(pattern, v.path)
-        ]
-        assert spec_of(variable) == tuple(spec), variable.path
+    for variable in check_repaired(backbone, repaired):
         assert f"  {variable.path}: shape=" in repairs[0]
 
     backbone.load_weights(weights_file)
     for variable, value in zip(backbone.weights, expected_weights):
         np.testing.assert_array_equal(variable.numpy(), value)
         assert len(variable.value.addressable_shards) == num_devices
-    for pattern, spec in repaired.items():
-        (variable,) = [
-            v for v in backbone.weights if re.fullmatch(pattern, v.path)
-        ]
-        assert spec_of(variable) == tuple(spec), variable.path
+    check_repaired(backbone, repaired)
     np.testing.assert_allclose(
         backbone.predict(inputs, verbose=0),
         expected_outputs,
