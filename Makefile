@@ -12,7 +12,7 @@ SCENARIOS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv tree patches check-series api wheel test test-full \
-	compare-full bench multiprocess demo lint clean
+	compare-full bench multiprocess demo plan lint clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -67,6 +67,10 @@ endif
 demo: tree ## Build a sharded model on 8 CPU devices and show its layout
 	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=8 \
 		PYTHONPATH=build/keras $(PY) -m tools.demo
+
+plan: tree ## Per-device memory plan of Llama-3-8B and Gemma-7B on 8 devices
+	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=8 \
+		PYTHONPATH=build/keras $(PY) -m tools.plan
 
 lint: venv ## ruff on the project's own code
 	$(PY) -m ruff check tools integration_tests benchmarks

@@ -2,11 +2,14 @@
 with their own `get_layout_map` on every device of the run (8 in `make
 test`, 16 in its keras-hub stage): the layouts that do not divide are
 repaired, the weights of an unsharded copy load exactly and predictions
-match it.
+match it. `keras.distribution.plan_memory()` gives the bytes that the load
+and Adam then place on each device, and plans the full-size Llama-3-8B and
+Gemma-7B without placing anything.
 
 Widths are narrow; what matters is the dimension that the mesh does not
 divide (see `../shared/reference/keras-hub-real-models.md`)."""
 
+import math
 import re
 import warnings
 
@@ -190,3 +193,87 @@ def test_backbone_builds_loads_and_predicts(name, tmp_path):
         rtol=1e-5,
         atol=1e-5,
     )
+
+
+def device_bytes(arrays):
+    totals = {}
+    for array in arrays:
+        for shard in array.addressable_shards:
+            device = f"{shard.device.platform}:{shard.device.id}"
+            totals[device] = totals.get(device, 0) + shard.data.nbytes
+    return totals
+
+
+def new_arrays(before):
+    existing = {id(array) for array in before}
+    return [a for a in jax.live_arrays() if id(a) not in existing]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_plan_equals_bytes_placed_by_load_and_optimizer(name, tmp_path):
+    """`plan_memory()` of a backbone built without values, repaired layouts
+    included, equals the bytes that loading it and building Adam place on
+    each device."""
+    weights_file = tmp_path / "model.weights.h5"
+    make_backbone(name).save_weights(weights_file)
+    mesh = keras.distribution.DeviceMesh(
+        (1, jax.device_count()),
+        ("batch", "model"),
+        keras.distribution.list_devices(),
+    )
+    backbone_class = getattr(keras_hub.models, MODELS[name][0])
+    distribution = keras.distribution.ModelParallel(
+        layout_map=backbone_class.get_layout_map(mesh), batch_dim_name="batch"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with distribution.scope(), keras.utils.defer_initialization():
+            backbone = make_backbone(name)
+            before = jax.live_arrays()
+            plan = keras.distribution.plan_memory(backbone, optimizer="adam")
+            assert new_arrays(before) == []
+        backbone.load_weights(weights_file)
+    loaded = device_bytes(v.value for v in backbone.weights)
+    assert plan.variable_bytes == loaded
+    with distribution.scope():
+        optimizer = keras.optimizers.Adam()
+        before = jax.live_arrays()
+        optimizer.build(backbone.trainable_variables)
+    assert plan.optimizer_bytes == device_bytes(new_arrays(before))
+
+
+@pytest.mark.parametrize("name", ["Llama-3-8B", "Gemma-7B"])
+def test_full_size_plan_places_nothing(name):
+    """The real configurations, 8.0 and 8.5 billion parameters, are planned
+    with Adam from a backbone built without values: no device array is
+    created, and each device's figure is the sum of its shards."""
+    from tools.plan import MODELS as FULL_SIZE
+
+    backbone_class, config = FULL_SIZE[name]
+    mesh = keras.distribution.DeviceMesh(
+        (1, jax.device_count()),
+        ("batch", "model"),
+        keras.distribution.list_devices(),
+    )
+    distribution = keras.distribution.ModelParallel(
+        layout_map=backbone_class.get_layout_map(mesh), batch_dim_name="batch"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with distribution.scope(), keras.utils.defer_initialization():
+            backbone = backbone_class(dtype="bfloat16", **config)
+            before = jax.live_arrays()
+            plan = keras.distribution.plan_memory(backbone, optimizer="adam")
+            assert new_arrays(before) == []
+    assert backbone.count_params() > 8e9
+    axis_sizes = dict(zip(mesh.axis_names, mesh.shape))
+    expected = 0
+    for variable in backbone.weights:
+        shards = math.prod(
+            axis_sizes[a] for a in variable._layout.axes if a is not None
+        )
+        expected += 2 * math.prod(variable.shape) // shards
+    devices = keras.distribution.list_devices()
+    assert plan.variable_bytes == dict.fromkeys(devices, expected)
+    # Adam's two moments, in the dtype and layout of each variable.
+    assert plan.optimizer_bytes == dict.fromkeys(devices, 2 * expected)

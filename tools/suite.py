@@ -54,11 +54,12 @@ SUITES = (
     "keras/src/optimizers",
     "keras/src/models",
 )
-# The suites of 0005, 0006 and 0008 (sharded and deferred initialization),
-# run again with Flax NNX variables.
+# The suites of 0005, 0006, 0008 and 0011 (sharded and deferred
+# initialization, the memory plan), run again with Flax NNX variables.
 NNX_SUITES = (
     "keras/src/backend/common",
     "keras/src/backend/jax",
+    "keras/src/distribution",
     "keras/src/initializers",
     "keras/src/layers/core",
     "keras/src/saving",
