@@ -59,3 +59,27 @@ def test_save_and_load_weights_keep_layouts(model_parallel, tmp_path):
         np.testing.assert_array_equal(variable.numpy(), value)
     assert other.weights[0].value.sharding.spec == P(None, "model")
     assert other.weights[1].value.sharding.spec == P("model", None)
+
+
+def test_lora_load_keeps_each_device_at_its_shards(model_parallel, tmp_path):
+    """Loading a model whose sharded `Dense` has LoRA enabled never computes
+    the merged kernel (LoRA factors replicated, their product full-size on
+    every device): each device peaks at its old and new kernel shards."""
+    from benchmarks import memory
+
+    def lora_model():
+        return keras.Sequential(
+            [keras.Input((1024,)), keras.layers.Dense(4096, name="dense")]
+        )
+
+    path = tmp_path / "model.weights.h5"
+    lora_model().save_weights(path)
+    model = lora_model()
+    model.layers[0].enable_lora(4)
+    baseline = memory.device_bytes()
+    sampler = memory.Sampler(interval=0.001)
+    with sampler, memory.hooks(sampler):
+        model.load_weights(path)
+    shard = 1024 * 4096 * 4 // 8
+    for device in range(8):
+        assert sampler.peak[device] - baseline[device] <= 1.1 * shard, device
