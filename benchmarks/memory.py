@@ -146,6 +146,19 @@ def rss_bytes():
     return values["VmRSS"], values["VmHWM"]
 
 
+def written_bytes():
+    """Returns the bytes this process has caused to be written to storage
+    (`write_bytes` of /proc/self/io): counted when pages of a file are
+    dirtied, so a temporary file deleted before it reaches the disk counts
+    too. Writes to a tmpfs are not counted."""
+    with open("/proc/self/io") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key == "write_bytes":
+                return int(value)
+    raise RuntimeError("no write_bytes in /proc/self/io")
+
+
 def reset_peak_rss():
     """Resets the kernel's peak RSS of this process to its current RSS."""
     with open("/proc/self/clear_refs", "w") as f:

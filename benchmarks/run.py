@@ -7,7 +7,10 @@ requirements: `keras==3.15.1` from PyPI for upstream, the fork's wheel
 8 virtual CPU devices. Per scenario and repeat, the two builds alternate
 (upstream first on even repeats, fork first on odd ones). The first repeat
 is a memory run (sampler, hooks, jit recorder); the `--repeats` timed runs
-after it run bare, and wall time is their median.
+after it run bare, and wall time is their median. The floor of a scenario
+that loads a checkpoint is the time to read the checkpoint's bytes once,
+plainly, measured here; `load_model_*` also time building the model from
+the archive's config alone, in separate processes.
 
 Usage: python -m benchmarks.run [--size MIB] [--blocks N] [--repeats N]
                                 [--scenarios a,b,...]
@@ -20,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from tools.common import BUILD
@@ -40,11 +44,13 @@ SCENARIOS = (
     "build_blocks",
     "build_blocks_unsharded",
     "load_h5_embedding",
+    "load_h5_embedding_rows",
     "load_h5_decoder",
     "load_sharded_h5_embedding",
     "load_sharded_h5_decoder",
     "load_keras_weights_embedding",
     "load_model_embedding",
+    "load_lora_dense",
     "set_weights_embedding",
     "assign_embedding",
     "build_then_load_decoder",
@@ -63,6 +69,12 @@ MIB = 2**20
 # Scenarios that upstream cannot run (it raises while building): the table
 # says so in its column.
 UPSTREAM_FAILS = ("build_then_load_qwen", "deferred_build_then_load_qwen")
+# Scenarios that also time building the model from the archive's config
+# alone (`scenarios.py --mode config`), once per timed repeat (at least
+# once), each in a fresh process.
+CONFIG_SCENARIOS = ("load_model_embedding",)
+# How many times the floor reads each checkpoint; the median is kept.
+FLOOR_READS = 3
 
 
 def make_venv(build):
@@ -134,8 +146,94 @@ def data_dir(args):
     return BENCH / f"data-{args.size}-{args.blocks}"
 
 
-def summarize(runs):
-    """Reduces the memory run and the timed runs of one build to figures."""
+def scenario_reads(python, scenarios, args):
+    """{scenario: the checkpoint it reads, relative to the data directory,
+    or None}, as `scenarios.py` declares it."""
+    result = run(
+        [
+            *scenarios_command(python, "files", args),
+            "--scenarios",
+            ",".join(scenarios),
+        ],
+        capture=True,
+    )
+    # The last line: JAX or Keras may print before it.
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def checkpoint_files(path):
+    """The files that loading `path` reads: all the files of a directory,
+    a sharded `.weights.json` and its shard files, or the file itself."""
+    path = Path(path)
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file())
+    if path.name.endswith(".weights.json"):
+        shards = json.loads(path.read_text())["weight_map"].values()
+        return [path, *(path.parent / name for name in sorted(set(shards)))]
+    return [path]
+
+
+def read_floor(paths, reads=FLOOR_READS):
+    """Reads the files `paths` one after the other, unbuffered, into one
+    preallocated buffer, `reads` times; returns (bytes, median seconds)."""
+    sizes = [Path(p).stat().st_size for p in paths]
+    view = memoryview(bytearray(sum(sizes)))
+    seconds = []
+    for _ in range(reads):
+        start = time.perf_counter()
+        offset = 0
+        for path, size in zip(paths, sizes):
+            end = offset + size
+            with open(path, "rb", buffering=0) as f:
+                # One call may read less than asked (at most 2 GiB on Linux).
+                while offset < end:
+                    count = f.readinto(view[offset:end])
+                    if not count:
+                        raise ToolError(f"{path}: shorter than {size} bytes")
+                    offset += count
+        seconds.append(time.perf_counter() - start)
+    return sum(sizes), statistics.median(seconds)
+
+
+def measure_floors(reads, data):
+    """Measures the floor of each distinct checkpoint of `reads` (see
+    `scenario_reads`); returns {checkpoint: its floor}."""
+    floors = {}
+    for scenario, checkpoint in reads.items():
+        if checkpoint is None:
+            continue
+        if checkpoint not in floors:
+            files = checkpoint_files(data / checkpoint)
+            num_bytes, seconds = read_floor(files)
+            floors[checkpoint] = {
+                "num_files": len(files),
+                "bytes": num_bytes,
+                "seconds": seconds,
+                "scenarios": [],
+            }
+        floors[checkpoint]["scenarios"].append(scenario)
+    return floors
+
+
+def floor_table(floors):
+    """The lines that print the floors, above the table."""
+    lines = [
+        f"floor: each checkpoint read once, unbuffered, into one buffer "
+        f"(median of {FLOOR_READS})"
+    ]
+    for checkpoint, floor in floors.items():
+        mib = floor["bytes"] / MIB
+        rate = mib / floor["seconds"] if floor["seconds"] else float("inf")
+        lines.append(
+            f"  {checkpoint:31} {floor['num_files']:3} file(s) "
+            f"{mib:8.1f} MiB {floor['seconds']:8.3f} s {rate:8.0f} MiB/s"
+        )
+    return "\n".join(lines)
+
+
+def summarize(runs, floor_s=None):
+    """Reduces the memory run, the timed runs and the config runs of one
+    build to figures; `floor_s`: the floor of the checkpoint it reads."""
     memory_run = runs["memory"]
     if "error" in memory_run:
         return {"error": memory_run["error"]}
@@ -143,6 +241,13 @@ def summarize(runs):
     final = {int(k): v for k, v in memory_run["final_bytes"].items()}
     busiest = max(peak, key=peak.get)
     walls = [r["wall_s"] for r in runs["time"]] or [memory_run["wall_s"]]
+    wall_s = statistics.median(walls)
+    written = max(r["written_bytes"] for r in [memory_run, *runs["time"]])
+    config = [r["config_s"] for r in runs.get("config", [])]
+    config_s = statistics.median(config) if config else None
+    time_x_floor = None
+    if floor_s:
+        time_x_floor = (wall_s - (config_s or 0.0)) / floor_s
     return {
         "device0_peak_mib": peak.get(0, 0) / MIB,
         "device0_peak_x_shard": peak.get(0, 0) / final[0],
@@ -150,7 +255,11 @@ def summarize(runs):
         "busiest_peak_mib": peak[busiest] / MIB,
         "busiest_peak_x_shard": peak[busiest] / final[busiest],
         "rss_increase_mib": memory_run["rss_increase_bytes"] / MIB,
-        "wall_s": statistics.median(walls),
+        "wall_s": wall_s,
+        "config_s": config_s,
+        "floor_s": floor_s,
+        "time_x_floor": time_x_floor,
+        "written_mib": written / MIB,
         "xla_temp_mib": memory_run["xla_temp_bytes"] / MIB,
         "num_jit_calls": memory_run["num_jit_calls"],
         "peak_mib_per_device": [peak.get(d, 0) / MIB for d in sorted(final)],
@@ -158,6 +267,7 @@ def summarize(runs):
     }
 
 
+# A figure whose value is None (no floor, no config build) is left out.
 FIGURES = (
     ("device0_peak_mib", "device 0 peak MiB", "{:.0f}"),
     ("device0_peak_x_shard", "device 0 peak / its shards", "{:.2f}"),
@@ -165,6 +275,9 @@ FIGURES = (
     ("busiest_peak_x_shard", "busiest peak / its shards", "{:.2f}"),
     ("rss_increase_mib", "process peak RSS increase MiB", "{:.0f}"),
     ("wall_s", "wall time s (median)", "{:.2f}"),
+    ("config_s", "config build s (median)", "{:.2f}"),
+    ("time_x_floor", "time / floor", "{:.1f}"),
+    ("written_mib", "bytes written MiB", "{:.1f}"),
     ("xla_temp_mib", "XLA temporaries MiB (largest)", "{:.1f}"),
 )
 
@@ -182,6 +295,8 @@ def table(results):
             scenario = ""
         for key, title, fmt in FIGURES:
             fork = builds["fork"][key]
+            if fork is None:
+                continue
             up = None if up_failed else builds["upstream"][key]
             ratio = f"{fork / up:.2f}" if up else "-"
             up_text = "fails" if up_failed else fmt.format(up)
@@ -194,16 +309,28 @@ def table(results):
 
 
 def chart(results, path):
+    """A summary panel (per scenario: busiest peak / its shards, time /
+    floor, both builds), then each scenario's per-device peaks."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
     names = list(results)
-    figure, axes = pyplot.subplots(
-        len(names), 1, figsize=(9, 2.2 * len(names)), squeeze=False
+    figure = pyplot.figure(
+        figsize=(14, 6 + 2.2 * len(names)), layout="constrained"
     )
-    for axis, name in zip(axes[:, 0], names):
+    top, bottom = figure.subfigures(2, 1, height_ratios=[6, 2.2 * len(names)])
+    left, right = top.subplots(1, 2)
+    summary_panel(
+        left,
+        results,
+        "busiest_peak_x_shard",
+        "busiest device peak / its shards",
+    )
+    summary_panel(right, results, "time_x_floor", "time / floor (log scale)")
+    axes = bottom.subplots(len(names), 1, squeeze=False)[:, 0]
+    for axis, name in zip(axes, names):
         for offset, build in ((-0.2, "upstream"), (0.2, "fork")):
             if "error" in results[name][build]:
                 continue
@@ -224,10 +351,34 @@ def chart(results, path):
         )
         axis.set_title(name, fontsize=9)
         axis.set_ylabel("peak MiB")
-    axes[0, 0].legend(fontsize=8)
-    axes[-1, 0].set_xlabel("device")
-    figure.tight_layout()
+    axes[0].legend(fontsize=8)
+    axes[-1].set_xlabel("device")
     figure.savefig(path, dpi=80)
+
+
+def summary_panel(axis, results, key, title):
+    """Bars of figure `key`, upstream and fork, for each scenario that has
+    it (an upstream failure leaves its bar out)."""
+    names = [n for n in results if results[n]["fork"].get(key) is not None]
+    for offset, build in ((-0.2, "upstream"), (0.2, "fork")):
+        positions, values = [], []
+        for position, name in enumerate(names):
+            if "error" not in results[name][build]:
+                positions.append(position + offset)
+                values.append(results[name][build][key])
+        axis.bar(positions, values, width=0.4, label=build)
+    # 1 is the ideal of both figures: no transient copy, the disk's speed.
+    axis.axhline(1, color="black", linewidth=0.8)
+    if key == "time_x_floor":
+        axis.set_yscale("log")
+    # Room above the bars for the legend.
+    bottom, top = axis.get_ylim()
+    axis.set_ylim(bottom, top * (4 if key == "time_x_floor" else 1.25))
+    axis.set_xticks(range(len(names)))
+    axis.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
+    axis.set_xlim(-0.6, len(names) - 0.4)
+    axis.set_title(title, fontsize=9)
+    axis.legend(fontsize=8)
 
 
 def main():
@@ -255,9 +406,11 @@ def main():
         ],
         capture=True,
     )
+    reads = scenario_reads(pythons["upstream"], scenarios, args)
+    floors = measure_floors(reads, data_dir(args))
     raw, results = {}, {}
     for scenario in scenarios:
-        runs = {b: {"memory": None, "time": []} for b in BUILDS}
+        runs = {b: {"memory": None, "time": [], "config": []} for b in BUILDS}
         for repeat in range(args.repeats + 1):
             order = BUILDS if repeat % 2 == 0 else BUILDS[::-1]
             for build in order:
@@ -271,8 +424,20 @@ def main():
                     runs[build]["memory"] = result
                 else:
                     runs[build]["time"].append(result)
+        if scenario in CONFIG_SCENARIOS:
+            for repeat in range(max(args.repeats, 1)):
+                order = BUILDS if repeat % 2 == 0 else BUILDS[::-1]
+                for build in order:
+                    if "error" not in runs[build]["memory"]:
+                        runs[build]["config"].append(
+                            run_scenario(
+                                pythons[build], scenario, args, "config", build
+                            )
+                        )
         raw[scenario] = runs
-        results[scenario] = {b: summarize(runs[b]) for b in BUILDS}
+        floor = floors.get(reads[scenario])
+        floor_s = floor["seconds"] if floor else None
+        results[scenario] = {b: summarize(runs[b], floor_s) for b in BUILDS}
         print(f"done: {scenario}", flush=True)
     RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / f"bench-size{args.size}-blocks{args.blocks}"
@@ -282,6 +447,7 @@ def main():
     report = {
         "settings": vars(args),
         "keras_versions": versions,
+        "floors": floors,
         "results": results,
         "raw": raw,
     }
@@ -292,6 +458,7 @@ def main():
         f"embedding {args.size} MiB, decoder {args.blocks} blocks, "
         f"8 CPU devices, {args.repeats} timed repeat(s)\n"
     )
+    print(floor_table(floors) + "\n")
     print(table(results))
     print(f"\nwrote {stem}.json and {stem}.png")
 

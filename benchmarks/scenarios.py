@@ -3,11 +3,16 @@
 Usage (the runner, `run.py`, calls it):
   python scenarios.py prepare --data DIR [--size MIB] [--blocks N]
                              [--scenarios a,b,...]
-  python scenarios.py SCENARIO --data DIR --mode memory|time --out FILE
+  python scenarios.py files --data DIR [--scenarios a,b,...]
+  python scenarios.py SCENARIO --data DIR --mode memory|time|config
+                               --out FILE
 
-`prepare` writes the checkpoints the load scenarios read. In `memory` mode
-the measured section runs under the per-device sampler, the transfer hooks
-and the jit recorder (see memory.py); in `time` mode it runs bare.
+`prepare` writes the checkpoints the load scenarios read; `files` prints
+which checkpoint each scenario reads (JSON, paths relative to the data
+directory). In `memory` mode the measured section runs under the per-device
+sampler, the transfer hooks and the jit recorder (see memory.py); in `time`
+mode it runs bare. `config` mode (`load_model_*` only) times building the
+model from the `.keras` archive's config alone.
 """
 
 import argparse
@@ -16,6 +21,7 @@ import json
 import os
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
@@ -53,8 +59,12 @@ def distribution(family):
     layout_map = keras.distribution.LayoutMap(mesh)
     if family == "embedding":
         layout_map[".*embedding/embeddings"] = (None, "model")
+    elif family == "embedding_rows":
+        layout_map[".*embedding/embeddings"] = ("model", None)
     elif family in ("kernels", "blocks"):
         layout_map[".*dense_\\d+/kernel"] = (None, "model")
+    elif family == "lora_dense":
+        layout_map[".*dense.*/kernel"] = (None, "model")
     elif family == "qwen":
         # keras-hub's Qwen layout map: attention_output is sharded on its
         # 28 query heads, which a model axis of 8 does not divide.
@@ -86,6 +96,15 @@ def embedding_model(args):
             ),
         ],
         name="embedding_model",
+    )
+
+
+def lora_dense_model(args):
+    # One Dense kernel of (EMBED_DIM, units), SIZE MiB of float32.
+    units = args.size * 2**20 // (EMBED_DIM * 4)
+    return keras.Sequential(
+        [keras.Input((EMBED_DIM,)), keras.layers.Dense(units, name="dense")],
+        name="lora_model",
     )
 
 
@@ -279,6 +298,8 @@ def _from_preset(args, state):
 
 BUILDERS = {
     "embedding": embedding_model,
+    "embedding_rows": embedding_model,
+    "lora_dense": lora_dense_model,
     "kernels": kernels_model,
     "blocks": blocks_model,
     "decoder": decoder_model,
@@ -298,7 +319,17 @@ def prepare(args):
             keras.utils.set_random_seed(0)
             write_keras_hub_preset(family, data / family)
             done.write_text("")
-    if (data / "complete").exists() or not families - set(KERAS_HUB):
+    # Added after the others: its own marker, so that a data directory
+    # written before it gets it without being written again.
+    done = data / "lora_dense.complete"
+    if "lora_dense" in families and not done.exists():
+        keras.utils.set_random_seed(0)
+        # Saved without LoRA: the scenario enables it after building.
+        lora_dense_model(args).save_weights(data / "lora_dense.weights.h5")
+        keras.backend.clear_session()
+        done.write_text("")
+    families -= set(KERAS_HUB) | {"lora_dense"}
+    if (data / "complete").exists() or not families:
         return
     keras.utils.set_random_seed(0)
     for family in ("embedding", "decoder", "qwen"):
@@ -333,9 +364,18 @@ def save_orbax(model, path):
 
 
 # Each scenario: (model family, what runs before the measured section,
-# the measured section). `setup` returns the state the section needs.
+# the measured section, the checkpoint it reads). `setup` returns the state
+# the section needs. The checkpoint is a path relative to the data
+# directory (a file, a sharded `.weights.json` or a directory), or None;
+# the runner reads its bytes once, plainly, for the floor of its time.
 def _build(args, family):
     return {"model": BUILDERS[family](args)}
+
+
+def _build_lora(args, family):
+    state = _build(args, family)
+    state["model"].get_layer("dense").enable_lora(8)
+    return state
 
 
 def _build_compiled(args, family):
@@ -390,54 +430,116 @@ def _with_values(args, family):
 
 
 SCENARIOS = {
-    "build_embedding": ("embedding", None, None),
-    "build_kernels": ("kernels", None, None),
-    "build_decoder": ("decoder", None, None),
-    "build_blocks": ("blocks", None, None),
-    "build_blocks_unsharded": ("blocks", None, None),
-    "load_h5_embedding": ("embedding", _build, _load("embedding.weights.h5")),
-    "load_h5_decoder": ("decoder", _build, _load("decoder.weights.h5")),
+    "build_embedding": ("embedding", None, None, None),
+    "build_kernels": ("kernels", None, None, None),
+    "build_decoder": ("decoder", None, None, None),
+    "build_blocks": ("blocks", None, None, None),
+    "build_blocks_unsharded": ("blocks", None, None, None),
+    "load_h5_embedding": (
+        "embedding",
+        _build,
+        _load("embedding.weights.h5"),
+        "embedding.weights.h5",
+    ),
+    "load_h5_embedding_rows": (
+        "embedding_rows",
+        _build,
+        _load("embedding.weights.h5"),
+        "embedding.weights.h5",
+    ),
+    "load_h5_decoder": (
+        "decoder",
+        _build,
+        _load("decoder.weights.h5"),
+        "decoder.weights.h5",
+    ),
     "load_sharded_h5_embedding": (
         "embedding",
         _build,
         _load("embedding_sharded.weights.json"),
+        "embedding_sharded.weights.json",
     ),
     "load_sharded_h5_decoder": (
         "decoder",
         _build,
         _load("decoder_sharded.weights.json"),
+        "decoder_sharded.weights.json",
     ),
     "load_keras_weights_embedding": (
         "embedding",
         _build,
         _load("embedding.keras"),
+        "embedding.keras",
     ),
-    "load_model_embedding": ("embedding", None, _load_model),
-    "set_weights_embedding": ("embedding", _with_values, _set_weights),
-    "assign_embedding": ("embedding", _with_values, _assign),
-    "build_then_load_decoder": ("decoder", None, _build_then_load),
+    "load_model_embedding": ("embedding", None, _load_model, "embedding.keras"),
+    "load_lora_dense": (
+        "lora_dense",
+        _build_lora,
+        _load("lora_dense.weights.h5"),
+        "lora_dense.weights.h5",
+    ),
+    "set_weights_embedding": ("embedding", _with_values, _set_weights, None),
+    "assign_embedding": ("embedding", _with_values, _assign, None),
+    "build_then_load_decoder": (
+        "decoder",
+        None,
+        _build_then_load,
+        "decoder.weights.h5",
+    ),
     "deferred_build_then_load_decoder": (
         "decoder",
         None,
         _deferred_build_then_load,
+        "decoder.weights.h5",
     ),
-    "build_then_load_qwen": ("qwen", None, _build_then_load),
-    "deferred_build_then_load_qwen": ("qwen", None, _deferred_build_then_load),
-    "keras_hub_preset_llama": ("llama_preset", None, _from_preset),
-    "deferred_keras_hub_preset_llama": ("llama_preset", None, _from_preset),
-    "keras_hub_hf_llama": ("llama_hf", None, _from_preset),
-    "deferred_keras_hub_hf_llama": ("llama_hf", None, _from_preset),
-    "deferred_keras_hub_llama3_2_3b": ("llama_3b", None, _from_preset),
+    "build_then_load_qwen": (
+        "qwen",
+        None,
+        _build_then_load,
+        "qwen.weights.h5",
+    ),
+    "deferred_build_then_load_qwen": (
+        "qwen",
+        None,
+        _deferred_build_then_load,
+        "qwen.weights.h5",
+    ),
+    "keras_hub_preset_llama": (
+        "llama_preset",
+        None,
+        _from_preset,
+        "llama_preset",
+    ),
+    "deferred_keras_hub_preset_llama": (
+        "llama_preset",
+        None,
+        _from_preset,
+        "llama_preset",
+    ),
+    "keras_hub_hf_llama": ("llama_hf", None, _from_preset, "llama_hf"),
+    "deferred_keras_hub_hf_llama": (
+        "llama_hf",
+        None,
+        _from_preset,
+        "llama_hf",
+    ),
+    "deferred_keras_hub_llama3_2_3b": (
+        "llama_3b",
+        None,
+        _from_preset,
+        "llama_3b",
+    ),
     "orbax_load_embedding": (
         "embedding",
         _build_compiled,
         _load("embedding_orbax"),
+        "embedding_orbax",
     ),
 }
 
 
 def run_scenario(args):
-    family, setup, section = SCENARIOS[args.scenario]
+    family, setup, section, reads = SCENARIOS[args.scenario]
     args.family = family
     if section is None:
 
@@ -450,6 +552,8 @@ def run_scenario(args):
     else:
         scope = distribution(family).scope()
     try:
+        if args.mode == "config":
+            return _measure_config(args, scope, reads)
         return _measure(args, scope, setup, section)
     except Exception as e:
         # The runner decides whether a failure is an expected result.
@@ -474,6 +578,7 @@ def _measure(args, scope, setup, section):
         memory.reset_peak_rss()
         rss_before, _ = memory.rss_bytes()
         calls = []
+        written_before = memory.written_bytes()
         start = time.perf_counter()
         if args.mode == "memory":
             sampler = memory.Sampler(interval=0.001)
@@ -486,6 +591,7 @@ def _measure(args, scope, setup, section):
             section(args, state)
             jax.block_until_ready([w.value for w in state["model"].weights])
         result["wall_s"] = time.perf_counter() - start
+        result["written_bytes"] = memory.written_bytes() - written_before
         _, rss_peak = memory.rss_bytes()
         result["rss_increase_bytes"] = rss_peak - rss_before
         result["final_bytes"] = memory.shard_bytes(
@@ -496,18 +602,54 @@ def _measure(args, scope, setup, section):
     return result
 
 
+def _measure_config(args, scope, reads):
+    """Times building the model from the `.keras` archive's config alone,
+    as `load_model` does before it loads the weights: in the fork's
+    `defer_initialization()` (no random initialization), plainly upstream,
+    which has no such scope (with it)."""
+    with zipfile.ZipFile(Path(args.data) / reads) as archive:
+        config = archive.read("config.json")
+    defer = getattr(keras.utils, "defer_initialization", None)
+    with scope:
+        start = time.perf_counter()
+        with defer() if defer else contextlib.nullcontext():
+            model = keras.saving.deserialize_keras_object(json.loads(config))
+        values = []
+        for variable in model.weights:
+            try:
+                values.append(variable.value)
+            except ValueError:
+                # The fork's deferred variables have no value to wait for.
+                continue
+        jax.block_until_ready(values)
+        config_s = time.perf_counter() - start
+    return {
+        "scenario": args.scenario,
+        "mode": args.mode,
+        "keras_version": keras.__version__,
+        "config_s": config_s,
+    }
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["prepare", *SCENARIOS])
+    parser.add_argument("scenario", choices=["prepare", "files", *SCENARIOS])
     parser.add_argument("--data", required=True)
     parser.add_argument("--size", type=int, default=1000)
     parser.add_argument("--blocks", type=int, default=8)
-    parser.add_argument("--mode", choices=("memory", "time"), default="time")
+    parser.add_argument(
+        "--mode", choices=("memory", "time", "config"), default="time"
+    )
     parser.add_argument("--out")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     args = parser.parse_args()
     if args.scenario == "prepare":
         prepare(args)
+        return
+    if args.scenario == "files":
+        names = args.scenarios.split(",")
+        reads = {name: SCENARIOS[name][3] for name in names}
+        sys.stdout.write(json.dumps(reads) + "\n")
         return
     result = run_scenario(args)
     text = json.dumps(result, default=int)

@@ -1,0 +1,136 @@
+"""Tests of the runner's floor, figures, table and chart."""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks import run  # noqa: E402
+
+MIB = 2**20
+
+
+def test_checkpoint_files_of_a_file_a_sharded_index_and_a_directory(
+    tmp_path,
+):
+    plain = tmp_path / "model.weights.h5"
+    plain.write_bytes(b"x")
+    assert run.checkpoint_files(plain) == [plain]
+
+    index = tmp_path / "model_sharded.weights.json"
+    weight_map = {
+        "/layers/a/vars": "model_sharded_00001.weights.h5",
+        "/layers/b/vars": "model_sharded_00000.weights.h5",
+        "/layers/c/vars": "model_sharded_00000.weights.h5",
+    }
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    assert run.checkpoint_files(index) == [
+        index,
+        tmp_path / "model_sharded_00000.weights.h5",
+        tmp_path / "model_sharded_00001.weights.h5",
+    ]
+
+    preset = tmp_path / "preset"
+    (preset / "sub").mkdir(parents=True)
+    for name in ("config.json", "model.weights.h5", "sub/part"):
+        (preset / name).write_bytes(b"y")
+    assert run.checkpoint_files(preset) == [
+        preset / "config.json",
+        preset / "model.weights.h5",
+        preset / "sub" / "part",
+    ]
+
+
+def test_read_floor_reads_every_byte_of_every_file(tmp_path):
+    paths = []
+    for i, size in enumerate((MIB + 3, 0, 5)):
+        path = tmp_path / f"part{i}"
+        path.write_bytes(bytes(size))
+        paths.append(path)
+    num_bytes, seconds = run.read_floor(paths, reads=2)
+    assert num_bytes == MIB + 8
+    assert seconds > 0
+
+
+def test_measure_floors_once_per_checkpoint(tmp_path):
+    (tmp_path / "a.weights.h5").write_bytes(bytes(1000))
+    reads = {"s1": "a.weights.h5", "s2": None, "s3": "a.weights.h5"}
+    floors = run.measure_floors(reads, tmp_path)
+    assert list(floors) == ["a.weights.h5"]
+    assert floors["a.weights.h5"]["bytes"] == 1000
+    assert floors["a.weights.h5"]["scenarios"] == ["s1", "s3"]
+    assert "a.weights.h5" in run.floor_table(floors)
+
+
+def runs(wall_s, written=0, config=()):
+    memory = {
+        "peak_bytes": {"0": 4 * MIB, "1": 2 * MIB},
+        "final_bytes": {"0": 2 * MIB, "1": 2 * MIB},
+        "rss_increase_bytes": MIB,
+        "wall_s": 99.0,
+        "written_bytes": written,
+        "xla_temp_bytes": 0,
+        "num_jit_calls": 0,
+    }
+    time_runs = [{"wall_s": wall_s, "written_bytes": 0}]
+    return {
+        "memory": memory,
+        "time": time_runs,
+        "config": [{"config_s": c} for c in config],
+    }
+
+
+def test_summarize_time_over_floor_and_bytes_written():
+    figures = run.summarize(runs(3.0, written=MIB), floor_s=0.5)
+    assert figures["time_x_floor"] == 6.0
+    assert figures["written_mib"] == 1.0
+    assert figures["config_s"] is None
+    # `load_model`: the config build is taken out of the time.
+    figures = run.summarize(runs(3.0, config=(1.0, 2.0, 1.0)), floor_s=0.5)
+    assert figures["config_s"] == 1.0
+    assert figures["time_x_floor"] == 4.0
+    assert run.summarize(runs(3.0))["time_x_floor"] is None
+
+
+def test_table_shows_the_new_figures_only_where_they_apply():
+    results = {
+        "load": {
+            "upstream": run.summarize(runs(4.0, written=MIB), floor_s=0.5),
+            "fork": run.summarize(runs(2.0), floor_s=0.5),
+        },
+        "build": {
+            "upstream": {"error": "ValueError: no"},
+            "fork": run.summarize(runs(1.0)),
+        },
+    }
+    lines = run.table(results).splitlines()
+    split = next(i for i, x in enumerate(lines) if x.startswith("build"))
+    load, build = lines[1:split], lines[split:]
+    assert any(
+        "time / floor" in x and x.split()[-3:] == ["8.0", "4.0", "0.50"]
+        for x in load
+    )
+    assert any(
+        "bytes written MiB" in x and x.split()[-3:] == ["1.0", "0.0", "0.00"]
+        for x in load
+    )
+    assert not any("config build" in x for x in lines)
+    assert "upstream fails" in build[0]
+    assert not any("time / floor" in x for x in build)
+    assert any("bytes written MiB" in x and "fails" in x for x in build)
+
+
+def test_chart_writes_a_png(tmp_path):
+    results = {
+        "load": {
+            "upstream": run.summarize(runs(4.0), floor_s=0.5),
+            "fork": run.summarize(runs(2.0), floor_s=0.5),
+        },
+        "build": {
+            "upstream": {"error": "ValueError: no"},
+            "fork": run.summarize(runs(1.0)),
+        },
+    }
+    run.chart(results, tmp_path / "chart.png")
+    assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"
