@@ -62,7 +62,7 @@ ifeq ($(TREE),upstream)
 endif
 	$(PY) -m integration_tests.multiprocess --size $(MP_SIZE) \
 		$(if $(filter upstream,$(TREE)),--tree build/keras-upstream) \
-		build load assign save bad_shape deferred_load
+		build load assign save save_model save_fails bad_shape deferred_load
 
 demo: tree ## Build a sharded model on 8 CPU devices and show its layout
 	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=8 \

@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import sys
 import time
 import zipfile
@@ -419,6 +420,32 @@ def _deferred_build_then_load(args, state):
     state["model"].load_weights(Path(args.data) / f"{args.family}.weights.h5")
 
 
+def _build_to_save(args, family):
+    """Builds the model and empties the folder the save scenarios write."""
+    shutil.rmtree(Path(args.data) / "saved", ignore_errors=True)
+    (Path(args.data) / "saved").mkdir()
+    return _build(args, family)
+
+
+def _save(path_name, sharded=False):
+    """Saves to `path_name` in the data directory's `saved` folder, with
+    `save_weights` (`.weights.h5`; sharded: `.weights.json`, one file per
+    variable) or `model.save` (`.keras`)."""
+
+    def section(args, state):
+        path = Path(args.data) / "saved" / path_name
+        if path_name.endswith(".keras"):
+            state["model"].save(path)
+        elif sharded:
+            # Just above the embedding, in GB.
+            max_shard_size = (args.size + 1) / 1024
+            state["model"].save_weights(path, max_shard_size=max_shard_size)
+        else:
+            state["model"].save_weights(path)
+
+    return section
+
+
 def _with_values(args, family):
     state = _build(args, family)
     model = state["model"]
@@ -477,6 +504,24 @@ SCENARIOS = {
         _build_lora,
         _load("lora_dense.weights.h5"),
         "lora_dense.weights.h5",
+    ),
+    "save_h5_embedding": (
+        "embedding",
+        _build_to_save,
+        _save("embedding.weights.h5"),
+        None,
+    ),
+    "save_sharded_h5_embedding": (
+        "embedding",
+        _build_to_save,
+        _save("embedding.weights.json", sharded=True),
+        None,
+    ),
+    "save_model_embedding": (
+        "embedding",
+        _build_to_save,
+        _save("embedding.keras"),
+        None,
     ),
     "set_weights_embedding": ("embedding", _with_values, _set_weights, None),
     "assign_embedding": ("embedding", _with_values, _assign, None),

@@ -76,6 +76,8 @@ def test_save_weights_writes_one_file_from_the_first_process(workdir):
     assert results[0]["bytes_written"] >= size
     assert results[1]["bytes_written"] == 0
     for result in results:
+        # Its own shard and, at most, a slice sent or received.
+        assert result["peak_device_bytes"] <= 2 * result["largest_device_bytes"]
         assert result["checked_variables"] == 3
         assert result["checked_shards"] == num_local_shards()
     with h5py.File(workdir / "saved.weights.h5") as f:
@@ -83,6 +85,31 @@ def test_save_weights_writes_one_file_from_the_first_process(workdir):
             multiprocess.rows(SIZE),
             multiprocess.EMBED_DIM,
         )
+
+
+def test_save_model_writes_one_archive_from_the_first_process(workdir):
+    results = run("save_model", workdir).check()
+    size = (workdir / "saved.keras").stat().st_size
+    assert results[0]["bytes_written"] >= size
+    assert results[1]["bytes_written"] == 0
+    for result in results:
+        # Every process loaded the archive back, exactly.
+        assert result["checked_shards"] == num_local_shards()
+        # Its own shard and, at most, a slice sent or received.
+        assert result["peak_device_bytes"] <= 2 * result["largest_device_bytes"]
+
+
+def test_save_fails_in_every_process_without_hanging(workdir):
+    start = time.monotonic()
+    results = run("save_fails", workdir).check()
+    assert time.monotonic() - start < 60
+    for name in ("save_weights", "save"):
+        # Process 0 could not create the file; process 1 says so.
+        assert results[0]["errors"][name]["type"] == "FileNotFoundError"
+        error = results[1]["errors"][name]
+        assert error["type"] == "ValueError"
+        assert "failed in process 0" in error["message"]
+        assert "missing/saved" in error["message"]
 
 
 def test_bad_shape_fails_in_its_process_and_the_others_end(workdir):

@@ -17,6 +17,8 @@ Scenarios:
   load       build with another seed, `load_weights(model.weights.h5)`
   assign     `set_weights` then `assign` from the reference NumPy values
   save       load, then `save_weights` to saved.weights.h5 and read it back
+  save_model load, then `model.save()` to saved.keras and load it back
+  save_fails save to a missing folder: every process must raise
   bad_shape  like `load`, but process 1 reads a checkpoint of another shape
   deferred_load  build in `keras.utils.defer_initialization()`, then load
   repaired   a layout that the mesh does not divide: save, then deferred load
@@ -45,7 +47,7 @@ from integration_tests.multiprocess import EMBED_DIM  # noqa: E402
 from integration_tests.multiprocess import rows  # noqa: E402
 
 
-def build_model(size_mib, embed_dim=EMBED_DIM, deferred=False):
+def model_layout_map():
     devices = keras.distribution.list_devices()
     mesh = keras.distribution.DeviceMesh(
         (1, len(devices)), axis_names=("batch", "model"), devices=devices
@@ -53,6 +55,11 @@ def build_model(size_mib, embed_dim=EMBED_DIM, deferred=False):
     layout_map = keras.distribution.LayoutMap(mesh)
     layout_map[".*embedding/embeddings"] = (None, "model")
     layout_map[".*dense/kernel"] = ("model", None)
+    return layout_map
+
+
+def build_model(size_mib, embed_dim=EMBED_DIM, deferred=False):
+    layout_map = model_layout_map()
     defer = keras.utils.defer_initialization if deferred else None
     with (
         keras.distribution.ModelParallel(layout_map=layout_map).scope(),
@@ -234,6 +241,49 @@ def scenario_save(args):
     return result
 
 
+def scenario_save_model(args):
+    """Load, then `model.save()` to saved.keras; every process then loads
+    the archive in the same layout and compares its shards."""
+    model = build_model(args.size)
+    model.load_weights(args.workdir / "model.weights.h5")
+    path = args.workdir / "saved.keras"
+    written = io_counter("write_bytes")
+    result = measured(lambda: model.save(path))
+    result["bytes_written"] = (io_counter("write_bytes") - written) // 2
+    result["largest_device_bytes"] = local_shards(model)[1]
+    with keras.distribution.ModelParallel(
+        layout_map=model_layout_map()
+    ).scope():
+        loaded = keras.saving.load_model(path)
+    checked = 0
+    for weight, expected in zip(loaded.weights, model.weights):
+        for shard, other in zip(
+            weight.value.addressable_shards,
+            expected.value.addressable_shards,
+        ):
+            np.testing.assert_array_equal(shard.data, other.data)
+            checked += 1
+    result["checked_shards"] = checked
+    return result
+
+
+def scenario_save_fails(args):
+    """`save_weights` and `model.save()` to a folder that does not exist:
+    process 0, which writes, fails; every process must raise, none hang."""
+    model = build_model(args.size)
+    path = args.workdir / "missing" / "saved"
+    errors = {}
+    for name, save in (
+        ("save_weights", lambda: model.save_weights(f"{path}.weights.h5")),
+        ("save", lambda: model.save(f"{path}.keras")),
+    ):
+        try:
+            save()
+        except Exception as e:
+            errors[name] = {"type": type(e).__name__, "message": str(e)}
+    return {"errors": errors}
+
+
 def scenario_deferred_load(args):
     """Build in `keras.utils.defer_initialization()`, then load; twice, as
     in `measured()`: watched by the sampler, then bare."""
@@ -327,6 +377,8 @@ SCENARIOS = {
     "load": scenario_load,
     "assign": scenario_assign,
     "save": scenario_save,
+    "save_model": scenario_save_model,
+    "save_fails": scenario_save_fails,
     "bad_shape": scenario_bad_shape,
     "deferred_load": scenario_deferred_load,
     "repaired": scenario_repaired,
