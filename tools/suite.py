@@ -70,10 +70,11 @@ OTHER_BACKENDS = ("tensorflow", "torch", "numpy")
 BACKEND_SUITES = (
     "keras/src/backend/common",
     "keras/src/layers/core",
+    "keras/src/metrics",
     "keras/src/models",
     "keras/src/optimizers",
+    "keras/src/random",
     "keras/src/saving",
-    "keras/src/utils",
 )
 PROJECT_TESTS = ("tools/tests", "benchmarks/tests", "integration_tests")
 # Run again on 16 devices, where more of the real head counts do not divide.
