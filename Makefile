@@ -12,7 +12,7 @@ SCENARIOS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv tree patches check-series api wheel test test-full \
-	compare-full bench multiprocess demo plan lint clean
+	compare-full bench multiprocess demo plan lint clean next next-patches
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -63,6 +63,13 @@ endif
 	$(PY) -m integration_tests.multiprocess --size $(MP_SIZE) \
 		$(if $(filter upstream,$(TREE)),--tree build/keras-upstream) \
 		build load assign save save_model save_fails bad_shape deferred_load
+
+next: venv ## build/keras-next: keras-nightly + patches-next/; status line
+	$(PY) -m tools.next tree
+	$(PY) -m tools.next status
+
+next-patches: venv ## Export next..HEAD of build/keras-next into patches-next/
+	$(PY) -m tools.next export
 
 demo: tree ## Build a sharded model on 8 CPU devices and show its layout
 	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=8 \

@@ -30,8 +30,9 @@ FORMAT_PATCH_OPTIONS = (
 )
 
 
-def export(tree=TREE, patches_dir=PATCHES):
-    """Writes one file per commit and the `series` file; returns the names."""
+def export(tree=TREE, patches_dir=PATCHES, base=BASE_TAG):
+    """Writes one file per commit after the tag `base` and the `series`
+    file; returns the names."""
     tree, patches_dir = Path(tree), Path(patches_dir)
     if git(tree, "status", "--porcelain").stdout.strip():
         raise ToolError(f"{tree} has uncommitted changes; commit them first")
@@ -50,10 +51,11 @@ def export(tree=TREE, patches_dir=PATCHES):
         *FORMAT_PATCH_OPTIONS,
         "-o",
         patches_dir.resolve(),
-        f"{BASE_TAG}..HEAD",
+        f"{base}..HEAD",
     )
     names = [Path(line).name for line in out.stdout.splitlines() if line]
-    series = ["# Applied in this order by `make tree`; see the README."]
+    target = "tree" if base == BASE_TAG else "next"
+    series = [f"# Applied in this order by `make {target}`; see the README."]
     (patches_dir / "series").write_text("\n".join(series + names) + "\n")
     return names
 

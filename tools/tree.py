@@ -98,8 +98,8 @@ def patch_ids(text):
     return [line.split()[0] for line in out.stdout.splitlines() if line]
 
 
-def tree_patch_ids(tree):
-    log = git(tree, "log", "--reverse", "-p", f"{BASE_TAG}..HEAD")
+def tree_patch_ids(tree, base=BASE_TAG):
+    log = git(tree, "log", "--reverse", "-p", f"{base}..HEAD")
     return patch_ids(log.stdout)
 
 
@@ -112,16 +112,17 @@ def series_patch_ids(patches_dir=PATCHES):
     return ids
 
 
-def check_safe_to_replace(tree, patches_dir=PATCHES):
+def check_safe_to_replace(tree, patches_dir=PATCHES, base=BASE_TAG):
     """Refuses when rebuilding `tree` would lose uncommitted or unexported
-    work. Returns True when the tree already matches the series."""
+    work: the commits after the tag `base` that are not in `patches_dir`.
+    Returns True when the tree already matches the series."""
     tree = Path(tree)
     if not tree.exists():
         return False
-    tagged = git(tree, "rev-parse", "-q", "--verify", BASE_TAG, check=False)
+    tagged = git(tree, "rev-parse", "-q", "--verify", base, check=False)
     if tagged.returncode != 0:
         raise ToolError(
-            f"{tree} exists but is not a materialized tree (no `{BASE_TAG}` "
+            f"{tree} exists but is not a materialized tree (no `{base}` "
             "tag); move it away first."
         )
     dirty = git(tree, "status", "--porcelain").stdout.strip()
@@ -131,7 +132,7 @@ def check_safe_to_replace(tree, patches_dir=PATCHES):
             f"`make patches`, or discard them:\n{dirty}"
         )
     exported = series_patch_ids(patches_dir)
-    in_tree = tree_patch_ids(tree)
+    in_tree = tree_patch_ids(tree, base)
     unexported = [i for i in in_tree if i not in exported]
     if unexported:
         raise ToolError(

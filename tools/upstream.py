@@ -53,7 +53,8 @@ def fetch(pin=None, cache=CACHE):
     """Returns the path of the verified sdist, downloading it if needed."""
     pin = pin or read_pin()
     cache = Path(cache)
-    filename = f"{pin['name']}-{pin['version']}.tar.gz"
+    # PyPI names sdists with the normalized project name: keras_nightly-....
+    filename = f"{pin['name'].replace('-', '_')}-{pin['version']}.tar.gz"
     cached = cache / filename
     if not cached.exists():
         cache.mkdir(parents=True, exist_ok=True)
