@@ -12,7 +12,8 @@ SCENARIOS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv tree patches check-series api wheel test test-full \
-	compare-full bench multiprocess demo plan lint clean next next-patches
+	compare-full bench multiprocess demo plan lint clean next next-patches \
+	next-test
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -70,6 +71,9 @@ next: venv ## build/keras-next: keras-nightly + patches-next/; status line
 
 next-patches: venv ## Export next..HEAD of build/keras-next into patches-next/
 	$(PY) -m tools.next export
+
+next-test: venv ## The touched suites on the nightly base vs the nightly fork
+	$(PY) -m tools.next test
 
 demo: tree ## Build a sharded model on 8 CPU devices and show its layout
 	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=8 \

@@ -18,13 +18,20 @@ Usage:
                                 applies onto `next` (`make next`)
   python -m tools.next export   write next..HEAD of build/keras-next to
                                 patches-next/
+  python -m tools.next test     the suites the series touches, on the
+                                nightly base and on the nightly fork, on 8
+                                devices (`make next-test`): every failure
+                                of the base must be in known-failures-next.txt,
+                                and the fork must not fail anything else
 """
 
 import argparse
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
+from tools import suite
 from tools import tree as tree_lib
 from tools import upstream
 from tools.common import BUILD
@@ -44,6 +51,11 @@ NEXT_PATCHES = ROOT / "patches-next"
 NEXT_TAG = "next"
 # A scratch repository for `status`.
 STATUS_TREE = BUILD / "next-status"
+# The nightly base alone, a worktree of `NEXT_TREE`, for `test`.
+NEXT_BASE_TREE = BUILD / "keras-next-base"
+# The tests of the nightly base that fail because they are 3.15.1's, older
+# than the code: the same format as known-failures.txt.
+NEXT_KNOWN_FAILURES = ROOT / "known-failures-next.txt"
 
 
 def _kept_on_next(path):
@@ -168,14 +180,72 @@ def status_line(version, results):
     )
 
 
+def touched_suites(tree, patches_dir=NEXT_PATCHES):
+    """The test files beside every file that a patch of `patches_dir`
+    changes, and the test files that the patches change, in `tree`."""
+    files = set()
+    for folder in suite.patched_folders(patches_dir):
+        files.update(
+            str(p.relative_to(tree))
+            for p in Path(tree, folder).glob("*_test.py")
+        )
+    return sorted(files)
+
+
+def test():
+    """Runs the suites the series touches on the nightly base and on the
+    nightly fork; returns 1 if the base fails a test not listed in
+    `NEXT_KNOWN_FAILURES` or the fork fails one that the base passes."""
+    materialize()
+    shutil.rmtree(NEXT_BASE_TREE, ignore_errors=True)
+    git(NEXT_TREE, "worktree", "prune")
+    git(NEXT_TREE, "worktree", "add", "--detach", NEXT_BASE_TREE, NEXT_TAG)
+    files = touched_suites(NEXT_TREE)
+    known = suite.read_known_failures(NEXT_KNOWN_FAILURES)
+    failed = {}
+    for kind, tree in (("base", NEXT_BASE_TREE), ("fork", NEXT_TREE)):
+        present = [f for f in files if (tree / f).exists()]
+        print(f"\n=== jax, nightly {kind}: pytest -n 2 {len(present)} files")
+        start = time.monotonic()
+        code, failed[kind], counts, _ = suite.run_pytest(
+            ["-n", "2", *present], tree, {"KERAS_BACKEND": "jax"}
+        )
+        print(
+            f"nightly {kind}: {counts['passed']} passed, "
+            f"{len(failed[kind])} failed, {counts['skipped']} skipped in "
+            f"{time.monotonic() - start:.0f} s"
+        )
+        if code not in (0, 1, 5):
+            raise ToolError(f"pytest exited with code {code} on {tree}")
+    unlisted = sorted(
+        t for t in failed["base"] if not suite.is_known("jax", t, known)
+    )
+    new = sorted(failed["fork"] - failed["base"])
+    fixed = sorted(failed["base"] - failed["fork"])
+    for test_id in unlisted:
+        print(f"NOT IN {NEXT_KNOWN_FAILURES.name} {test_id}")
+    for test_id in fixed:
+        print(f"fails only on the nightly base {test_id}")
+    for test_id in new:
+        print(f"FAILS ONLY ON THE NIGHTLY FORK {test_id}")
+    print(
+        f"summary: {len(failed['base'])} failures on the nightly base "
+        f"({len(unlisted)} not listed), {len(failed['fork'])} on the "
+        f"nightly fork, {len(new)} new"
+    )
+    return 1 if unlisted or new else 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["tree", "status", "export"])
+    parser.add_argument("command", choices=["tree", "status", "export", "test"])
     args = parser.parse_args()
     if args.command == "tree":
         materialize()
     elif args.command == "status":
         print(status_line(*status()))
+    elif args.command == "test":
+        return test()
     else:
         names = export(NEXT_TREE, NEXT_PATCHES, base=NEXT_TAG)
         print(f"exported {len(names)} patches to {NEXT_PATCHES}")
