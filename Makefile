@@ -9,6 +9,7 @@ MP_SIZE ?= 250
 BLOCKS ?= 8
 REPEATS ?= 1
 SCENARIOS ?=
+BASE ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv tree patches check-series api wheel test test-full \
@@ -19,7 +20,7 @@ help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
 		awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 	@echo "  Variables: TREE=fork|upstream (test, test-full), CHUNK=i/N,"
-	@echo "  SIZE=MiB BLOCKS=N REPEATS=N SCENARIOS=a,b (bench),"
+	@echo "  SIZE=MiB BLOCKS=N REPEATS=N SCENARIOS=a,b BASE=next (bench),"
 	@echo "  MP_SIZE=MiB TREE=fork|upstream (multiprocess)"
 
 $(VENV)/.installed: requirements.txt requirements-test.txt
@@ -55,7 +56,8 @@ compare-full: venv ## Diff the fork's full-suite failures against upstream's
 
 bench: venv ## The main command: fork vs upstream memory and time, side by side
 	$(PY) -m benchmarks.run --size $(SIZE) --blocks $(BLOCKS) \
-		--repeats $(REPEATS) $(if $(SCENARIOS),--scenarios $(SCENARIOS))
+		--repeats $(REPEATS) $(if $(SCENARIOS),--scenarios $(SCENARIOS)) \
+		$(if $(BASE),--base $(BASE))
 
 multiprocess: tree ## 2 JAX processes x 4 devices: bytes read/held, memory
 ifeq ($(TREE),upstream)

@@ -80,17 +80,21 @@ CONFIG_SCENARIOS = ("load_model_embedding",)
 FLOOR_READS = 3
 
 
-def make_venv(build):
-    """Creates (once) the venv of `build`; returns its python."""
-    venv = BENCH / f"venv-{build}"
+def make_venv(build, base="3.15.1"):
+    """Creates (once) the venv of `build` on `base` (3.15.1, or `next`: the
+    keras-nightly of `NEXT` and the series rebased onto it); returns its
+    python."""
+    next_base = base == "next"
+    venv = BENCH / (f"venv-next-{build}" if next_base else f"venv-{build}")
     python = venv / "bin" / "python"
     requirements = [ROOT / "requirements.txt", HERE / "requirements.txt"]
     if build == "fork":
         from tools import wheel
 
-        keras = wheel.build()
+        keras = wheel.build(next_base=next_base)
     else:
-        keras = f"keras=={read_pin()['version']}"
+        pin = read_pin(ROOT / "NEXT") if next_base else read_pin()
+        keras = f"{pin['name']}=={pin['version']}"
     stamp_text = "".join(p.read_text() for p in requirements) + str(keras)
     if build == "fork":
         stamp_text += hashlib.sha256(Path(keras).read_bytes()).hexdigest()
@@ -390,6 +394,12 @@ def main():
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument(
+        "--base",
+        choices=("3.15.1", "next"),
+        default="3.15.1",
+        help="next: keras-nightly (NEXT) against the series rebased onto it",
+    )
     args = parser.parse_args()
     scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = sorted(set(scenarios) - set(SCENARIOS) - set(OPT_IN_SCENARIOS))
@@ -398,7 +408,7 @@ def main():
             f"unknown scenarios {unknown}; known: "
             f"{SCENARIOS + OPT_IN_SCENARIOS}"
         )
-    pythons = {build: make_venv(build) for build in BUILDS}
+    pythons = {build: make_venv(build, args.base) for build in BUILDS}
     # Writes the checkpoints the scenarios read, those not written yet.
     print(f"checkpoints in {data_dir(args)}", flush=True)
     run(
@@ -444,6 +454,8 @@ def main():
         print(f"done: {scenario}", flush=True)
     RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / f"bench-size{args.size}-blocks{args.blocks}"
+    if args.base == "next":
+        stem = stem.with_name(f"{stem.name}-next")
     versions = {
         b: raw[scenarios[0]][b]["memory"]["keras_version"] for b in BUILDS
     }

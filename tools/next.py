@@ -97,11 +97,26 @@ def build_next_base(dest):
     return pin["version"]
 
 
+def _fingerprint():
+    """Hashes everything that goes into the `next` base."""
+    pin = upstream.read_pin(NEXT_PIN)
+    return tree_lib.base_fingerprint(upstream.fetch()) + pin["sha256"]
+
+
 def materialize(dest=NEXT_TREE, patches_dir=NEXT_PATCHES):
-    """Builds `dest`: the `next` base plus `patches_dir`."""
+    """Builds `dest`, the `next` base plus `patches_dir`, unless it is up
+    to date; returns the names of the patches."""
     dest = Path(dest)
-    tree_lib.check_safe_to_replace(dest, patches_dir, base=NEXT_TAG)
+    in_sync = tree_lib.check_safe_to_replace(dest, patches_dir, base=NEXT_TAG)
+    fingerprint = dest / ".git" / "shardwise-next"
+    if (
+        in_sync
+        and fingerprint.exists()
+        and fingerprint.read_text() == _fingerprint()
+    ):
+        return read_series(patches_dir)
     version = build_next_base(dest)
+    fingerprint.write_text(_fingerprint())
     names = tree_lib.apply_series(dest, patches_dir)
     print(
         f"{dest} materialized: keras-nightly {version} + {len(names)} patches"

@@ -1,6 +1,8 @@
 """Builds the fork's wheel, `dist/keras-3.15.1+shardwise.N-*.whl`.
 
-N is the number of patches in the series. The version is written by this
+N is the number of patches in the series. With `next_base=True`, the
+nightly fork's: `dist/keras_nightly-VERSION+shardwise.N-*.whl`, from
+`build/keras-next` (see `tools/next.py`). The version is written by this
 tool into a scratch copy of the tree, never by a patch. The harness files
 and the test modules are left out, as in the wheels Keras publishes.
 
@@ -28,17 +30,27 @@ from tools.upstream import read_pin
 DIST = ROOT / "dist"
 
 
-def local_version(num_patches):
-    return f"{read_pin()['version']}+shardwise.{num_patches}"
+def local_version(num_patches, pin=None):
+    return f"{(pin or read_pin())['version']}+shardwise.{num_patches}"
 
 
-def build(tree=TREE, dist=DIST):
+def build(tree=TREE, dist=DIST, next_base=False):
     """Builds the wheel from the committed tree; returns its path."""
-    names = materialize(tree)
-    version = local_version(len(names))
+    if next_base:
+        from tools import next as next_lib
+
+        tree = next_lib.NEXT_TREE
+        names = next_lib.materialize(tree)
+        pin = read_pin(next_lib.NEXT_PIN)
+    else:
+        names = materialize(tree)
+        pin = read_pin()
+    version = local_version(len(names), pin)
+    # The wheel's name: the project's name, normalized.
+    project = pin["name"].replace("-", "_")
     dist = Path(dist)
     dist.mkdir(exist_ok=True)
-    for old in dist.glob("keras-*.whl"):
+    for old in dist.glob(f"{project}-*.whl"):
         old.unlink()
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "keras-src"
@@ -59,7 +71,7 @@ def build(tree=TREE, dist=DIST):
         )
         version_file = src / "keras" / "src" / "version.py"
         text = version_file.read_text()
-        pinned = f'__version__ = "{read_pin()["version"]}"'
+        pinned = f'__version__ = "{pin["version"]}"'
         if pinned not in text:
             raise ToolError(f"{version_file} does not contain `{pinned}`")
         version_file.write_text(
@@ -80,7 +92,7 @@ def build(tree=TREE, dist=DIST):
             ],
             capture=True,
         )
-    (wheel,) = dist.glob(f"keras-{version}-*.whl")
+    (wheel,) = dist.glob(f"{project}-{version}-*.whl")
     return wheel
 
 
