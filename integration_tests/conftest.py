@@ -1,11 +1,17 @@
-"""Runs the integration tests against the materialized tree, build/keras,
-with the JAX backend on 8 virtual CPU devices (as `make test` does)."""
+"""Runs the integration tests against the materialized tree, build/keras
+(or `SHARDWISE_TREE`, such as build/keras-next), with the JAX backend on
+8 virtual CPU devices (as `make test` does)."""
 
 import os
 import sys
 from pathlib import Path
 
-TREE = Path(__file__).resolve().parent.parent / "build" / "keras"
+TREE = Path(
+    os.environ.get(
+        "SHARDWISE_TREE",
+        Path(__file__).resolve().parent.parent / "build" / "keras",
+    )
+)
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")

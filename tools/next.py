@@ -22,7 +22,8 @@ Usage:
                                 nightly base and on the nightly fork, on 8
                                 devices (`make next-test`): every failure
                                 of the base must be in known-failures-next.txt,
-                                and the fork must not fail anything else
+                                and the fork must not fail anything else;
+                                then integration_tests on the nightly fork
 """
 
 import argparse
@@ -232,6 +233,20 @@ def test():
         )
         if code not in (0, 1, 5):
             raise ToolError(f"pytest exited with code {code} on {tree}")
+    # The project's own tests, multi-process harness included, against the
+    # nightly fork.
+    print("\n=== jax, nightly fork: pytest integration_tests")
+    start = time.monotonic()
+    env = {"SHARDWISE_TREE": str(NEXT_TREE), "PYTHONPATH": str(NEXT_TREE)}
+    code, project_failed, counts, _ = suite.run_pytest(
+        ["integration_tests"], ROOT, env
+    )
+    print(
+        f"integration tests: {counts['passed']} passed, "
+        f"{len(project_failed)} failed in {time.monotonic() - start:.0f} s"
+    )
+    if code not in (0, 5):
+        project_failed.add(f"integration_tests (pytest exit code {code})")
     unlisted = sorted(
         t for t in failed["base"] if not suite.is_known("jax", t, known)
     )
@@ -243,12 +258,14 @@ def test():
         print(f"fails only on the nightly base {test_id}")
     for test_id in new:
         print(f"FAILS ONLY ON THE NIGHTLY FORK {test_id}")
+    for test_id in sorted(project_failed):
+        print(f"FAILS ON THE NIGHTLY FORK {test_id}")
     print(
         f"summary: {len(failed['base'])} failures on the nightly base "
         f"({len(unlisted)} not listed), {len(failed['fork'])} on the "
         f"nightly fork, {len(new)} new"
     )
-    return 1 if unlisted or new else 0
+    return 1 if unlisted or new or project_failed else 0
 
 
 def main():
