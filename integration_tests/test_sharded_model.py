@@ -10,11 +10,15 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from integration_tests.conftest import TREE
+from tools.common import ROOT
+from tools.upstream import read_pin
 
 
 def test_keras_comes_from_the_tree():
     assert Path(keras.__file__).resolve().is_relative_to(TREE)
-    assert keras.__version__ == "3.15.1"
+    # The version of the tree's base: 3.15.1, or the nightly of `NEXT`.
+    pin = ROOT / ("NEXT" if TREE.name == "keras-next" else "UPSTREAM")
+    assert keras.__version__ == read_pin(pin)["version"]
     assert keras.backend.backend() == "jax"
     assert jax.device_count() == 8
 

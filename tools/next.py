@@ -27,7 +27,9 @@ Usage:
 """
 
 import argparse
+import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -44,6 +46,7 @@ from tools.common import ToolError
 from tools.common import git
 from tools.common import main_wrapper
 from tools.common import read_series
+from tools.common import run
 from tools.export import export
 
 NEXT_PIN = ROOT / "NEXT"
@@ -52,6 +55,8 @@ NEXT_PATCHES = ROOT / "patches-next"
 NEXT_TAG = "next"
 # A scratch repository for `status`.
 STATUS_TREE = BUILD / "next-status"
+# The keras-hub of `NEXT` (`keras_hub=`), installed here for `test`.
+NEXT_KERAS_HUB = BUILD / "next-keras-hub"
 # The nightly base alone, a worktree of `NEXT_TREE`, for `test`.
 NEXT_BASE_TREE = BUILD / "keras-next-base"
 # The tests of the nightly base that fail because they are 3.15.1's, older
@@ -234,10 +239,32 @@ def test():
         if code not in (0, 1, 5):
             raise ToolError(f"pytest exited with code {code} on {tree}")
     # The project's own tests, multi-process harness included, against the
-    # nightly fork.
+    # nightly fork, with a keras-hub that imports on master.
     print("\n=== jax, nightly fork: pytest integration_tests")
     start = time.monotonic()
-    env = {"SHARDWISE_TREE": str(NEXT_TREE), "PYTHONPATH": str(NEXT_TREE)}
+    keras_hub = upstream.read_pin(NEXT_PIN)["keras_hub"]
+    stamp = NEXT_KERAS_HUB / "installed"
+    if not stamp.exists() or stamp.read_text() != keras_hub:
+        shutil.rmtree(NEXT_KERAS_HUB, ignore_errors=True)
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--target",
+                NEXT_KERAS_HUB,
+                keras_hub,
+            ],
+            capture=True,
+        )
+        stamp.write_text(keras_hub)
+    env = {
+        "SHARDWISE_TREE": str(NEXT_TREE),
+        "PYTHONPATH": os.pathsep.join([str(NEXT_KERAS_HUB), str(NEXT_TREE)]),
+    }
     code, project_failed, counts, _ = suite.run_pytest(
         ["integration_tests"], ROOT, env
     )
