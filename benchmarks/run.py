@@ -88,14 +88,26 @@ def make_venv(build, base="3.15.1"):
     venv = BENCH / (f"venv-next-{build}" if next_base else f"venv-{build}")
     python = venv / "bin" / "python"
     requirements = [ROOT / "requirements.txt", HERE / "requirements.txt"]
+    pin = read_pin(ROOT / "NEXT") if next_base else read_pin()
     if build == "fork":
         from tools import wheel
 
         keras = wheel.build(next_base=next_base)
     else:
-        pin = read_pin(ROOT / "NEXT") if next_base else read_pin()
         keras = f"{pin['name']}=={pin['version']}"
-    stamp_text = "".join(p.read_text() for p in requirements) + str(keras)
+    packages = [keras]
+    if next_base:
+        # keras-hub 0.32.0 does not import on master: the keras-hub of
+        # `NEXT` replaces it.
+        lines = (HERE / "requirements.txt").read_text().splitlines(True)
+        requirement = BENCH / "requirements-next.txt"
+        BENCH.mkdir(parents=True, exist_ok=True)
+        requirement.write_text(
+            "".join(x for x in lines if not x.startswith("keras-hub"))
+        )
+        requirements[1] = requirement
+        packages.append(pin["keras_hub"])
+    stamp_text = "".join(p.read_text() for p in requirements) + str(packages)
     if build == "fork":
         stamp_text += hashlib.sha256(Path(keras).read_bytes()).hexdigest()
     stamp = venv / "stamp"
@@ -105,7 +117,7 @@ def make_venv(build, base="3.15.1"):
     args = [python, "-m", "pip", "install", "-q", "--no-deps"]
     for requirement in requirements:
         args += ["-r", requirement]
-    run([*args, keras], capture=True)
+    run([*args, *packages], capture=True)
     stamp.write_text(stamp_text)
     return python
 
