@@ -8,11 +8,14 @@ import pytest
 from tools import api_gen
 from tools import check_series
 from tools import export
+from tools import next as next_lib
 from tools import suite
 from tools import tree
 from tools import upstream
+from tools.common import PATCHES
 from tools.common import ToolError
 from tools.common import git
+from tools.common import read_series
 
 
 @pytest.fixture(scope="module")
@@ -264,3 +267,35 @@ def test_readme_lists_every_make_target():
     ]
     for target in targets:
         assert f"make {target}" in readme, target
+
+
+def test_repo_next_files_parse():
+    pin = upstream.read_pin(next_lib.NEXT_PIN)
+    assert pin["name"] == "keras-nightly"
+    assert pin["keras_hub"].startswith("keras-hub-nightly==")
+    known = suite.read_known_failures(next_lib.NEXT_KNOWN_FAILURES)
+    assert known
+    for config, test_id in known:
+        assert config is None and test_id.startswith("keras/")
+    rebased = {
+        next_lib._subject(next_lib.NEXT_PATCHES / n)
+        for n in read_series(next_lib.NEXT_PATCHES)
+    }
+    assert rebased == {
+        next_lib._subject(PATCHES / n) for n in read_series(PATCHES)
+    }
+
+
+def test_next_status_line_names_patches_and_files():
+    line = next_lib.status_line(
+        "3.16.0.dev1",
+        [
+            ("0001-a.patch", "clean", [], True),
+            ("0002-b.patch", "conflict", ["keras/x.py", "keras/y.py"], True),
+            ("0003-c.patch", "not checked", [], False),
+        ],
+    )
+    assert line == (
+        "keras-nightly 3.16.0.dev1: 0001 clean; 0002 conflict (keras/x.py, "
+        "keras/y.py); 0003 not checked. patches-next/ has 2 of 3."
+    )
