@@ -142,9 +142,11 @@ def status(patches_dir=PATCHES, next_dir=NEXT_PATCHES, scratch=STATUS_TREE):
     """Applies each patch of `patches_dir` onto `next`, after the rebased
     patches before it from `next_dir`, with a rename-aware cherry-pick.
 
-    Returns `(name, state, files)` per patch: state "clean", "conflict"
-    (with the conflicting files) or "not checked" (a patch before it has
-    no rebased version yet); and whether `next_dir` has it.
+    Returns the nightly's version and, per patch, `(name, state, files,
+    rebased)`: state "clean", "conflict" (files: the conflicting ones, or
+    git's message when none conflicts, as for a patch that master already
+    has) or "not checked" (a patch before it has no rebased version yet);
+    `rebased`: whether `next_dir` has the patch.
     """
     scratch = Path(scratch)
     version = build_next_base(scratch)
@@ -170,7 +172,11 @@ def status(patches_dir=PATCHES, next_dir=NEXT_PATCHES, scratch=STATUS_TREE):
         else:
             conflicts = git(
                 scratch, "diff", "--name-only", "--diff-filter=U"
-            ).stdout.split()
+            ).stdout.split() or [
+                (picked.stdout.strip().splitlines() or ["cherry-pick failed"])[
+                    0
+                ]
+            ]
             git(scratch, "cherry-pick", "--abort", check=False)
             results.append((name, "conflict", conflicts, has_rebased))
         if has_rebased:
