@@ -187,8 +187,11 @@ def checkpoint_files(path):
     if path.is_dir():
         return sorted(p for p in path.rglob("*") if p.is_file())
     if path.name.endswith(".weights.json"):
-        shards = json.loads(path.read_text())["weight_map"].values()
-        return [path, *(path.parent / name for name in sorted(set(shards)))]
+        # A key maps to its shard file, or to a list of them.
+        names = set()
+        for shards in json.loads(path.read_text())["weight_map"].values():
+            names.update([shards] if isinstance(shards, str) else shards)
+        return [path, *(path.parent / name for name in sorted(names))]
     return [path]
 
 

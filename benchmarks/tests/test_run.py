@@ -23,12 +23,18 @@ def test_checkpoint_files_of_a_file_a_sharded_index_and_a_directory(
         "/layers/a/vars": "model_sharded_00001.weights.h5",
         "/layers/b/vars": "model_sharded_00000.weights.h5",
         "/layers/c/vars": "model_sharded_00000.weights.h5",
+        # Keras maps some keys to a list of files.
+        "/layers/d/vars": [
+            "model_sharded_00001.weights.h5",
+            "model_sharded_00002.weights.h5",
+        ],
     }
     index.write_text(json.dumps({"weight_map": weight_map}))
     assert run.checkpoint_files(index) == [
         index,
         tmp_path / "model_sharded_00000.weights.h5",
         tmp_path / "model_sharded_00001.weights.h5",
+        tmp_path / "model_sharded_00002.weights.h5",
     ]
 
     preset = tmp_path / "preset"
