@@ -427,6 +427,15 @@ def _build_to_save(args, family):
     return _build(args, family)
 
 
+def _build_lora_to_save(args, family):
+    state = _build_to_save(args, family)
+    layer = state["model"].get_layer("dense")
+    layer.enable_lora(8)
+    # A trained LoRA update: the merged kernel differs from the kernel.
+    layer.lora_kernel_b.assign(np.full(layer.lora_kernel_b.shape, 0.01))
+    return state
+
+
 def _save(path_name, sharded=False):
     """Saves to `path_name` in the data directory's `saved` folder, with
     `save_weights` (`.weights.h5`; sharded: `.weights.json`, one file per
@@ -521,6 +530,12 @@ SCENARIOS = {
         "embedding",
         _build_to_save,
         _save("embedding.keras"),
+        None,
+    ),
+    "save_lora_dense": (
+        "lora_dense",
+        _build_lora_to_save,
+        _save("lora_dense.weights.h5"),
         None,
     ),
     "set_weights_embedding": ("embedding", _with_values, _set_weights, None),

@@ -65,16 +65,17 @@ def test_save_and_load_weights_keep_layouts(model_parallel, tmp_path):
     assert other.weights[1].value.sharding.spec == P("model", None)
 
 
+def lora_model():
+    return keras.Sequential(
+        [keras.Input((1024,)), keras.layers.Dense(4096, name="dense")]
+    )
+
+
 def test_lora_load_keeps_each_device_at_its_shards(model_parallel, tmp_path):
     """Loading a model whose sharded `Dense` has LoRA enabled never computes
     the merged kernel (LoRA factors replicated, their product full-size on
     every device): each device peaks at its old and new kernel shards."""
     from benchmarks import memory
-
-    def lora_model():
-        return keras.Sequential(
-            [keras.Input((1024,)), keras.layers.Dense(4096, name="dense")]
-        )
 
     path = tmp_path / "model.weights.h5"
     lora_model().save_weights(path)
@@ -87,3 +88,29 @@ def test_lora_load_keeps_each_device_at_its_shards(model_parallel, tmp_path):
     shard = 1024 * 4096 * 4 // 8
     for device in range(8):
         assert sampler.peak[device] - baseline[device] <= 1.1 * shard, device
+
+
+def test_lora_save_merges_the_kernel_in_its_layout(model_parallel, tmp_path):
+    """Saving a model whose sharded `Dense` has LoRA enabled computes the
+    merged kernel in the kernel's layout: no device holds the full product
+    of the (replicated) LoRA factors, and the file holds the merge."""
+    from benchmarks import memory
+
+    model = lora_model()
+    layer = model.layers[0]
+    layer.enable_lora(4)
+    layer.lora_kernel_b.assign(np.full((4, 4096), 0.5, "float32"))
+    expected = layer._kernel.numpy() + (
+        layer.lora_kernel_a.numpy() @ layer.lora_kernel_b.numpy()
+    ) * (layer.lora_alpha / layer.lora_rank)
+    path = tmp_path / "model.weights.h5"
+    baseline = memory.device_bytes()
+    sampler = memory.Sampler(interval=0.001)
+    with sampler, memory.hooks(sampler):
+        model.save_weights(path)
+    shard = 1024 * 4096 * 4 // 8
+    for device in range(8):
+        assert sampler.peak[device] - baseline[device] <= 1.1 * shard, device
+    saved = lora_model()
+    saved.load_weights(path)
+    np.testing.assert_allclose(saved.layers[0].kernel.numpy(), expected)
