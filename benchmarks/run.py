@@ -58,6 +58,7 @@ SCENARIOS = (
     "save_h5_embedding",
     "save_sharded_h5_embedding",
     "save_model_embedding",
+    "save_lora_dense",
     "set_weights_embedding",
     "assign_embedding",
     "build_then_load_decoder",
