@@ -71,31 +71,36 @@ def lora_model():
     )
 
 
+def assert_each_device_at_most_one_more_shard(fn, *args):
+    """Runs `fn(*args)` under the benchmark's live-array sampler: no device
+    may grow by more than one shard of `lora_model()`'s kernel (1.1, for
+    the small arrays beside it)."""
+    from benchmarks import memory
+
+    baseline = memory.device_bytes()
+    sampler = memory.Sampler(interval=0.001)
+    with sampler, memory.hooks(sampler):
+        fn(*args)
+    shard = 1024 * 4096 * 4 // 8
+    for device in range(8):
+        assert sampler.peak[device] - baseline[device] <= 1.1 * shard, device
+
+
 def test_lora_load_keeps_each_device_at_its_shards(model_parallel, tmp_path):
     """Loading a model whose sharded `Dense` has LoRA enabled never computes
     the merged kernel (LoRA factors replicated, their product full-size on
     every device): each device peaks at its old and new kernel shards."""
-    from benchmarks import memory
-
     path = tmp_path / "model.weights.h5"
     lora_model().save_weights(path)
     model = lora_model()
     model.layers[0].enable_lora(4)
-    baseline = memory.device_bytes()
-    sampler = memory.Sampler(interval=0.001)
-    with sampler, memory.hooks(sampler):
-        model.load_weights(path)
-    shard = 1024 * 4096 * 4 // 8
-    for device in range(8):
-        assert sampler.peak[device] - baseline[device] <= 1.1 * shard, device
+    assert_each_device_at_most_one_more_shard(model.load_weights, path)
 
 
 def test_lora_save_merges_the_kernel_in_its_layout(model_parallel, tmp_path):
     """Saving a model whose sharded `Dense` has LoRA enabled computes the
     merged kernel in the kernel's layout: no device holds the full product
     of the (replicated) LoRA factors, and the file holds the merge."""
-    from benchmarks import memory
-
     model = lora_model()
     layer = model.layers[0]
     layer.enable_lora(4)
@@ -104,13 +109,7 @@ def test_lora_save_merges_the_kernel_in_its_layout(model_parallel, tmp_path):
         layer.lora_kernel_a.numpy() @ layer.lora_kernel_b.numpy()
     ) * (layer.lora_alpha / layer.lora_rank)
     path = tmp_path / "model.weights.h5"
-    baseline = memory.device_bytes()
-    sampler = memory.Sampler(interval=0.001)
-    with sampler, memory.hooks(sampler):
-        model.save_weights(path)
-    shard = 1024 * 4096 * 4 // 8
-    for device in range(8):
-        assert sampler.peak[device] - baseline[device] <= 1.1 * shard, device
+    assert_each_device_at_most_one_more_shard(model.save_weights, path)
     saved = lora_model()
     saved.load_weights(path)
     np.testing.assert_allclose(saved.layers[0].kernel.numpy(), expected)
