@@ -9,12 +9,8 @@ requirements: `keras==3.15.1` from PyPI for upstream, the fork's wheel
 is a memory run (sampler, hooks, jit recorder); the `--repeats` timed runs
 after it run bare, and wall time is their median. The floor of a scenario
 that loads a checkpoint is the time to read the checkpoint's bytes once,
-plainly, into a buffer already read into, measured here. Its fresh-memory
-floor is the same read in a fresh process into memory it has not touched
-yet, as a load must fill memory for its result (on this project's VMs,
-such memory costs up to a few seconds per GB to touch the first time).
-`load_model_*` also time building the model from the archive's config
-alone, in separate processes.
+plainly, measured here; `load_model_*` also time building the model from
+the archive's config alone, in separate processes.
 
 Usage: python -m benchmarks.run [--size MIB] [--blocks N] [--repeats N]
                                 [--scenarios a,b,...]
@@ -222,29 +218,9 @@ def read_floor(paths, reads=FLOOR_READS):
     return sum(sizes), statistics.median(seconds)
 
 
-def fresh_floor(paths, reads=FLOOR_READS):
-    """Reads the files `paths` once into a new buffer, in each of `reads`
-    fresh processes; returns the median seconds."""
-    code = (
-        "import sys; from benchmarks.run import read_floor; "
-        "print(read_floor(sys.argv[1:], reads=1)[1])"
-    )
-    seconds = []
-    for _ in range(reads):
-        result = subprocess.run(
-            [sys.executable, "-c", code, *map(str, paths)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        seconds.append(float(result.stdout.split()[-1]))
-    return statistics.median(seconds)
-
-
 def measure_floors(reads, data):
-    """Measures the floors of each distinct checkpoint of `reads` (see
-    `scenario_reads`); returns {checkpoint: its floors}."""
+    """Measures the floor of each distinct checkpoint of `reads` (see
+    `scenario_reads`); returns {checkpoint: its floor}."""
     floors = {}
     for scenario, checkpoint in reads.items():
         if checkpoint is None:
@@ -256,7 +232,6 @@ def measure_floors(reads, data):
                 "num_files": len(files),
                 "bytes": num_bytes,
                 "seconds": seconds,
-                "fresh_seconds": fresh_floor(files),
                 "scenarios": [],
             }
         floors[checkpoint]["scenarios"].append(scenario)
@@ -267,24 +242,21 @@ def floor_table(floors):
     """The lines that print the floors, above the table."""
     lines = [
         f"floor: each checkpoint read once, unbuffered, into one buffer "
-        f"(median of {FLOOR_READS}); fresh: into new memory, in a fresh "
-        f"process"
+        f"(median of {FLOOR_READS})"
     ]
     for checkpoint, floor in floors.items():
         mib = floor["bytes"] / MIB
         rate = mib / floor["seconds"] if floor["seconds"] else float("inf")
         lines.append(
             f"  {checkpoint:31} {floor['num_files']:3} file(s) "
-            f"{mib:8.1f} MiB {floor['seconds']:8.3f} s {rate:8.0f} MiB/s "
-            f"fresh {floor['fresh_seconds']:6.3f} s"
+            f"{mib:8.1f} MiB {floor['seconds']:8.3f} s {rate:8.0f} MiB/s"
         )
     return "\n".join(lines)
 
 
-def summarize(runs, floor_s=None, fresh_floor_s=None):
+def summarize(runs, floor_s=None):
     """Reduces the memory run, the timed runs and the config runs of one
-    build to figures; `floor_s` and `fresh_floor_s`: the floors of the
-    checkpoint it reads."""
+    build to figures; `floor_s`: the floor of the checkpoint it reads."""
     memory_run = runs["memory"]
     if "error" in memory_run:
         return {"error": memory_run["error"]}
@@ -296,9 +268,9 @@ def summarize(runs, floor_s=None, fresh_floor_s=None):
     written = max(r["written_bytes"] for r in [memory_run, *runs["time"]])
     config = [r["config_s"] for r in runs.get("config", [])]
     config_s = statistics.median(config) if config else None
-    load_s = wall_s - (config_s or 0.0)
-    time_x_floor = load_s / floor_s if floor_s else None
-    time_x_fresh_floor = load_s / fresh_floor_s if fresh_floor_s else None
+    time_x_floor = None
+    if floor_s:
+        time_x_floor = (wall_s - (config_s or 0.0)) / floor_s
     return {
         "device0_peak_mib": peak.get(0, 0) / MIB,
         "device0_peak_x_shard": peak.get(0, 0) / final[0],
@@ -310,7 +282,6 @@ def summarize(runs, floor_s=None, fresh_floor_s=None):
         "config_s": config_s,
         "floor_s": floor_s,
         "time_x_floor": time_x_floor,
-        "time_x_fresh_floor": time_x_fresh_floor,
         "written_mib": written / MIB,
         "xla_temp_mib": memory_run["xla_temp_bytes"] / MIB,
         "num_jit_calls": memory_run["num_jit_calls"],
@@ -329,7 +300,6 @@ FIGURES = (
     ("wall_s", "wall time s (median)", "{:.2f}"),
     ("config_s", "config build s (median)", "{:.2f}"),
     ("time_x_floor", "time / floor", "{:.1f}"),
-    ("time_x_fresh_floor", "time / fresh-memory floor", "{:.1f}"),
     ("written_mib", "bytes written MiB", "{:.1f}"),
     ("xla_temp_mib", "XLA temporaries MiB (largest)", "{:.1f}"),
 )
@@ -494,13 +464,9 @@ def main():
                             )
                         )
         raw[scenario] = runs
-        floor = floors.get(reads[scenario]) or {}
-        results[scenario] = {
-            b: summarize(
-                runs[b], floor.get("seconds"), floor.get("fresh_seconds")
-            )
-            for b in BUILDS
-        }
+        floor = floors.get(reads[scenario])
+        floor_s = floor["seconds"] if floor else None
+        results[scenario] = {b: summarize(runs[b], floor_s) for b in BUILDS}
         print(f"done: {scenario}", flush=True)
     RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / f"bench-size{args.size}-blocks{args.blocks}"

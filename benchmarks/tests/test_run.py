@@ -1,11 +1,8 @@
 """Tests of the runner's floor, figures, table and chart."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -69,15 +66,7 @@ def test_measure_floors_once_per_checkpoint(tmp_path):
     assert list(floors) == ["a.weights.h5"]
     assert floors["a.weights.h5"]["bytes"] == 1000
     assert floors["a.weights.h5"]["scenarios"] == ["s1", "s3"]
-    assert floors["a.weights.h5"]["fresh_seconds"] > 0
     assert "a.weights.h5" in run.floor_table(floors)
-
-
-def test_fresh_floor_reads_every_file_in_fresh_processes(tmp_path):
-    (tmp_path / "a").write_bytes(bytes(MIB))
-    assert run.fresh_floor([tmp_path / "a"], reads=2) > 0
-    with pytest.raises(subprocess.CalledProcessError):
-        run.fresh_floor([tmp_path / "missing"], reads=1)
 
 
 def runs(wall_s, written=0, config=()):
@@ -108,9 +97,6 @@ def test_summarize_time_over_floor_and_bytes_written():
     assert figures["config_s"] == 1.0
     assert figures["time_x_floor"] == 4.0
     assert run.summarize(runs(3.0))["time_x_floor"] is None
-    figures = run.summarize(runs(3.0), floor_s=0.5, fresh_floor_s=1.5)
-    assert figures["time_x_fresh_floor"] == 2.0
-    assert run.summarize(runs(3.0))["time_x_fresh_floor"] is None
 
 
 def test_table_shows_the_new_figures_only_where_they_apply():
