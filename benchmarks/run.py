@@ -4,11 +4,14 @@ by side, and prints one table (`make bench`).
 Each build gets its own venv under `build/bench/`, made from the pinned
 requirements: `keras==3.15.1` from PyPI for upstream, the fork's wheel
 (`make wheel`) for the fork. Every run of a scenario is a fresh process on
-8 virtual CPU devices. Per scenario and repeat, the two builds alternate
-(upstream first on even repeats, fork first on odd ones). The first repeat
-is a memory run (sampler, hooks, jit recorder); the `--repeats` timed runs
-after it run bare, and wall time is their median. The floor of a scenario
-that loads a checkpoint is the time to read the checkpoint's bytes once,
+8 virtual CPU devices. Per scenario, each build first makes a memory run
+(sampler, hooks, jit recorder); the `--repeats` timed runs after them run
+bare, the two builds alternating (fork first on the first repeat), and wall
+time is their median. A timed run first writes as much memory as the
+larger of the two memory runs added to the RSS and frees it just before
+its section, so that the section's new arrays get memory already backed,
+as the floor's buffer is (see `warm_bytes`). The floor of a scenario that
+loads a checkpoint is the time to read the checkpoint's bytes once,
 plainly, measured here; `load_model_*` also time building the model from
 the archive's config alone, in separate processes.
 
@@ -138,7 +141,7 @@ def scenarios_command(python, scenario, args):
     ]
 
 
-def run_scenario(python, scenario, args, mode, build):
+def run_scenario(python, scenario, args, mode, build, warm_bytes=0):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         result = subprocess.run(
             [
@@ -147,6 +150,8 @@ def run_scenario(python, scenario, args, mode, build):
                 mode,
                 "--out",
                 out.name,
+                "--warm-bytes",
+                str(warm_bytes),
             ],
             capture_output=True,
             text=True,
@@ -160,6 +165,24 @@ def run_scenario(python, scenario, args, mode, build):
     if "error" in report and not may_fail:
         raise ToolError(f"{scenario} ({mode}) failed: {report['error']}")
     return report
+
+
+def available_bytes():
+    """The host's `MemAvailable`, in bytes."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise ToolError("/proc/meminfo has no MemAvailable line")
+
+
+def warm_bytes(memory_runs, available):
+    """How much memory the timed runs of a scenario write and free just
+    before their section (`scenarios.py --warm-bytes`): the most that the
+    section added to the RSS in the memory runs of either build, so that
+    both builds run with the same; at most a quarter of `available`, so
+    that the checkpoints stay in the page cache."""
+    most = max((r["rss_increase_bytes"] for r in memory_runs), default=0)
+    return min(most, available // 4)
 
 
 def data_dir(args):
@@ -437,32 +460,27 @@ def main():
     )
     reads = scenario_reads(pythons["upstream"], scenarios, args)
     floors = measure_floors(reads, data_dir(args))
+    available = available_bytes()
     raw, results = {}, {}
     for scenario in scenarios:
         runs = {b: {"memory": None, "time": [], "config": []} for b in BUILDS}
-        for repeat in range(args.repeats + 1):
-            order = BUILDS if repeat % 2 == 0 else BUILDS[::-1]
-            for build in order:
-                mode = "memory" if repeat == 0 else "time"
-                if mode == "time" and "error" in runs[build]["memory"]:
-                    continue
-                result = run_scenario(
-                    pythons[build], scenario, args, mode, build
-                )
-                if mode == "memory":
-                    runs[build]["memory"] = result
-                else:
-                    runs[build]["time"].append(result)
+        for build in BUILDS:
+            runs[build]["memory"] = run_scenario(
+                pythons[build], scenario, args, "memory", build
+            )
+        ran = [b for b in BUILDS if "error" not in runs[b]["memory"]]
+        warm = warm_bytes([runs[b]["memory"] for b in ran], available)
+        runs["warm_bytes"] = warm
+        modes = ["time"] * args.repeats
         if scenario in CONFIG_SCENARIOS:
-            for repeat in range(max(args.repeats, 1)):
-                order = BUILDS if repeat % 2 == 0 else BUILDS[::-1]
-                for build in order:
-                    if "error" not in runs[build]["memory"]:
-                        runs[build]["config"].append(
-                            run_scenario(
-                                pythons[build], scenario, args, "config", build
-                            )
-                        )
+            modes += ["config"] * max(args.repeats, 1)
+        for repeat, mode in enumerate(modes):
+            for build in ran if repeat % 2 else ran[::-1]:
+                runs[build][mode].append(
+                    run_scenario(
+                        pythons[build], scenario, args, mode, build, warm
+                    )
+                )
         raw[scenario] = runs
         floor = floors.get(reads[scenario])
         floor_s = floor["seconds"] if floor else None

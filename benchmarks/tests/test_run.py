@@ -99,6 +99,14 @@ def test_summarize_time_over_floor_and_bytes_written():
     assert run.summarize(runs(3.0))["time_x_floor"] is None
 
 
+def test_warm_bytes_is_the_most_a_memory_run_filled_at_most_a_quarter():
+    memory_runs = [{"rss_increase_bytes": n * MIB} for n in (3, 1)]
+    assert run.warm_bytes(memory_runs, available=100 * MIB) == 3 * MIB
+    assert run.warm_bytes(memory_runs, available=8 * MIB) == 2 * MIB
+    assert run.warm_bytes([], available=4 * MIB) == 0
+    assert run.available_bytes() > 0
+
+
 def test_table_shows_the_new_figures_only_where_they_apply():
     results = {
         "load": {
