@@ -717,8 +717,8 @@ def main():
         "--warm-bytes",
         type=int,
         default=0,
-        help="memory to write before the setup and free just before the "
-        "timed section (see `_warm`)",
+        help="memory to write and free just before the timed section "
+        "(see `_warm`)",
     )
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     args = parser.parse_args()
