@@ -628,10 +628,9 @@ def run_scenario(args):
 def _warm(num_bytes):
     """Writes `num_bytes` of memory once and frees them, just before a
     timed section: the section's new arrays get that memory. On this VM,
-    memory that the guest has not backed recently costs 0.4 to 2.5 s per
-    GB to touch first, more than reading the checkpoint, and that cost
-    changes from run to run; the floor reads into memory already written,
-    too."""
+    reading 1000 MiB into memory that the guest has not backed recently
+    took 0.24 to 2.29 s, more than the read itself, and that cost changes
+    from run to run; the floor reads into memory already written, too."""
     np.ones(num_bytes, np.uint8)
 
 
