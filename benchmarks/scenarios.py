@@ -30,9 +30,11 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import hf_checkpoint  # noqa: E402
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import keras  # noqa: E402
 import memory  # noqa: E402
 import numpy as np  # noqa: E402
+import reads  # noqa: E402
 
 EMBED_DIM = 2048
 HIDDEN = 1024
@@ -465,6 +467,31 @@ def _with_values(args, family):
     return state
 
 
+def _read_new_memory(args, state):
+    # The floor's read, into memory allocated here as a load's new arrays
+    # are: what the new memory adds to a load's time.
+    path = Path(args.data) / "embedding.weights.h5"
+    size = path.stat().st_size
+    # Kept to the end of the run, so that its release is not timed.
+    state["buffer"] = np.empty(size, np.uint8)
+    reads.read_into([path], [size], memoryview(state["buffer"]))
+
+
+def _with_replacement(args, family):
+    """Builds the model and a second value of its first weight, in the
+    same sharding."""
+    state = _build(args, family)
+    state["replacement"] = jnp.copy(state["model"].weights[0].value)
+    jax.block_until_ready(state["replacement"])
+    return state
+
+
+def _replace_value(args, state):
+    # How a load into a built model ends: the variable takes its new value
+    # and its initial value is released.
+    state["model"].weights[0].assign(state.pop("replacement"))
+
+
 SCENARIOS = {
     "build_embedding": ("embedding", None, None, None),
     "build_kernels": ("kernels", None, None, None),
@@ -594,6 +621,18 @@ SCENARIOS = {
         _build_compiled,
         _load("embedding_orbax"),
         "embedding_orbax",
+    ),
+    "read_new_memory_embedding": (
+        "embedding",
+        _build,
+        _read_new_memory,
+        "embedding.weights.h5",
+    ),
+    "replace_value_embedding": (
+        "embedding",
+        _with_replacement,
+        _replace_value,
+        None,
     ),
 }
 

@@ -104,6 +104,9 @@ def test_warm_bytes_is_the_most_a_memory_run_filled_at_most_a_quarter():
     assert run.warm_bytes(memory_runs, available=100 * MIB) == 3 * MIB
     assert run.warm_bytes(memory_runs, available=8 * MIB) == 2 * MIB
     assert run.warm_bytes([], available=4 * MIB) == 0
+    # A section that frees memory lowers the RSS: nothing to write.
+    freed = [{"rss_increase_bytes": -MIB}]
+    assert run.warm_bytes(freed, available=4 * MIB) == 0
     assert run.available_bytes() > 0
 
 
