@@ -8,9 +8,10 @@ requirements: `keras==3.15.1` from PyPI for upstream, the fork's wheel
 (sampler, hooks, jit recorder); the `--repeats` timed runs after them run
 bare, the two builds alternating (fork first on the first repeat), and wall
 time is their median. A timed run first writes as much memory as the
-larger of the two memory runs added to the RSS and frees it just before
-its section, so that the section's new arrays get memory already backed,
-as the floor's buffer is (see `warm_bytes`). The floor of a scenario that
+larger of the two memory runs added to the RSS (at least the size of its
+checkpoint) and frees it just before its section, so that the section's
+new arrays get memory already backed, as the floor's buffer is (see
+`warm_bytes`). The floor of a scenario that
 loads a checkpoint is the time to read the checkpoint's bytes once,
 plainly, measured here; `load_model_*` also time building the model from
 the archive's config alone, in separate processes.
@@ -178,15 +179,20 @@ def available_bytes():
     raise ToolError("/proc/meminfo has no MemAvailable line")
 
 
-def warm_bytes(memory_runs, available):
+def warm_bytes(memory_runs, available, checkpoint_bytes=0):
     """How much memory the timed runs of a scenario write and free just
     before their section (`scenarios.py --warm-bytes`): the most that the
     section added to the RSS in the memory runs of either build, so that
-    both builds run with the same; at most a quarter of `available`, so
-    that the checkpoints stay in the page cache."""
+    both builds run with the same, and at least the size of the
+    checkpoint it reads; at most a quarter of `available`, so that the
+    checkpoints stay in the page cache.
+
+    The RSS increase alone can fall short of the new memory a section
+    fills: memory that the process frees meanwhile (the model's previous
+    values, XLA's buffers) lowers it. A load fills at least its
+    checkpoint's size."""
     most = max((r["rss_increase_bytes"] for r in memory_runs), default=0)
-    # A section that frees more than it allocates lowers the RSS.
-    return max(0, min(most, available // 4))
+    return max(0, min(max(most, checkpoint_bytes), available // 4))
 
 
 def data_dir(args):
@@ -467,7 +473,12 @@ def main():
                 pythons[build], scenario, args, "memory", build
             )
         ran = [b for b in BUILDS if "error" not in runs[b]["memory"]]
-        warm = warm_bytes([runs[b]["memory"] for b in ran], available)
+        floor = floors.get(reads[scenario])
+        warm = warm_bytes(
+            [runs[b]["memory"] for b in ran],
+            available,
+            floor["bytes"] if floor else 0,
+        )
         runs["warm_bytes"] = warm
         modes = ["time"] * args.repeats
         if scenario in CONFIG_SCENARIOS:
@@ -480,7 +491,6 @@ def main():
                     )
                 )
         raw[scenario] = runs
-        floor = floors.get(reads[scenario])
         floor_s = floor["seconds"] if floor else None
         results[scenario] = {b: summarize(runs[b], floor_s) for b in BUILDS}
         print(f"done: {scenario}", flush=True)

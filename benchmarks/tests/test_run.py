@@ -99,7 +99,7 @@ def test_summarize_time_over_floor_and_bytes_written():
     assert run.summarize(runs(3.0))["time_x_floor"] is None
 
 
-def test_warm_bytes_is_the_most_a_memory_run_filled_at_most_a_quarter():
+def test_warm_bytes_is_the_most_a_section_fills_at_most_a_quarter():
     memory_runs = [{"rss_increase_bytes": n * MIB} for n in (3, 1)]
     assert run.warm_bytes(memory_runs, available=100 * MIB) == 3 * MIB
     assert run.warm_bytes(memory_runs, available=8 * MIB) == 2 * MIB
@@ -107,6 +107,9 @@ def test_warm_bytes_is_the_most_a_memory_run_filled_at_most_a_quarter():
     # A section that frees memory lowers the RSS: nothing to write.
     freed = [{"rss_increase_bytes": -MIB}]
     assert run.warm_bytes(freed, available=4 * MIB) == 0
+    # At least the checkpoint the section reads, still capped.
+    assert run.warm_bytes(memory_runs, 100 * MIB, 5 * MIB) == 5 * MIB
+    assert run.warm_bytes(memory_runs, 8 * MIB, 5 * MIB) == 2 * MIB
     assert run.available_bytes() > 0
 
 
