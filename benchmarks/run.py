@@ -11,10 +11,10 @@ time is their median. A timed run first writes as much memory as the
 larger of the two memory runs added to the RSS (at least the size of its
 checkpoint) and frees it just before its section, so that the section's
 new arrays get memory already backed, as the floor's buffer is (see
-`warm_bytes`). The floor of a scenario that
-loads a checkpoint is the time to read the checkpoint's bytes once,
-plainly, measured here; `load_model_*` also time building the model from
-the archive's config alone, in separate processes.
+`warm_bytes`). The floor of a scenario that loads a checkpoint is the
+time to read the checkpoint's bytes once, plainly, measured here;
+`load_model_*` also time building the model from the archive's config
+alone, in separate processes.
 
 Usage: python -m benchmarks.run [--size MIB] [--blocks N] [--repeats N]
                                 [--scenarios a,b,...]
