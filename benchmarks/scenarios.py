@@ -34,7 +34,7 @@ import jax.numpy as jnp  # noqa: E402
 import keras  # noqa: E402
 import memory  # noqa: E402
 import numpy as np  # noqa: E402
-import reads  # noqa: E402
+from reads import read_into  # noqa: E402
 
 EMBED_DIM = 2048
 HIDDEN = 1024
@@ -474,7 +474,7 @@ def _read_new_memory(args, state):
     size = path.stat().st_size
     # Kept to the end of the run, so that its release is not timed.
     state["buffer"] = np.empty(size, np.uint8)
-    reads.read_into([path], [size], memoryview(state["buffer"]))
+    read_into([path], [size], memoryview(state["buffer"]))
 
 
 def _with_replacement(args, family):
@@ -667,9 +667,10 @@ def run_scenario(args):
 def _warm(num_bytes):
     """Writes `num_bytes` of memory once and frees them, just before a
     timed section: the section's new arrays get that memory. On this VM,
-    reading 1000 MiB into memory that the guest has not backed recently
-    took 0.24 to 2.29 s, more than the read itself, and that cost changes
-    from run to run; the floor reads into memory already written, too."""
+    memory that the guest has not backed recently can cost more than the
+    read itself, differently from run to run (figures in the wall-time
+    entry of `benchmarks/README.md`); the floor reads into memory already
+    written, too."""
     np.ones(num_bytes, np.uint8)
 
 
