@@ -2,11 +2,14 @@
 
 `test` (the README's test command) first checks the series (see
 `check_series.py`), then runs the stages of `stages()`, the configurations
-of upstream CI that the series concerns, each on 8 virtual CPU devices:
+of upstream CI that the series concerns, on 8 virtual CPU devices unless
+said otherwise:
   1. jax: upstream's multi-device tier over the whole unit suite
-     (`pytest keras -m multi_device`), then the upstream suites the fork
-     touches: the fixed list `SUITES` plus the test files beside every
-     file a patch changes;
+     (`pytest keras -m multi_device`) on 4 devices, as upstream CI runs
+     it, and again on 8; the test files the series changes on 1 device,
+     as upstream CI runs the unit suite (multi-device tests skip); then
+     the upstream suites the fork touches: the fixed list `SUITES` plus
+     the test files beside every file a patch changes;
   2. jax with `KERAS_NNX_ENABLED=true` over `NNX_SUITES`;
   3. tensorflow, torch and numpy over `BACKEND_SUITES`;
   4. the project's own tests (`tools/tests`, `benchmarks/tests`,
@@ -124,7 +127,24 @@ def read_known_failures(path=KNOWN_FAILURES):
 
 
 def is_known(config, test_id, known):
-    return (config, test_id) in known or (None, test_id) in known
+    """Whether `test_id` may fail in `config`. A `[jax]` entry also holds
+    for the jax runs on another device count (`jax-1`, `jax-4`, ...)."""
+    configs = {config, None}
+    if config.partition("-")[2].isdigit():
+        configs.add(config.partition("-")[0])
+    return any((c, test_id) in known for c in configs)
+
+
+def patched_test_files(tree, patches_dir=PATCHES):
+    """The test files under `keras/src` that some patch changes and that
+    exist in `tree`."""
+    files = set()
+    for name in read_series(patches_dir):
+        text = (Path(patches_dir) / name).read_text()
+        for path in re.findall(r"^diff --git a/(\S+_test\.py) b/", text, re.M):
+            if path.startswith("keras/src/") and (Path(tree) / path).exists():
+                files.add(path)
+    return sorted(files)
 
 
 def patched_folders(patches_dir=PATCHES):
@@ -186,8 +206,16 @@ def stages(tree, tree_kind):
                 str(p.relative_to(tree))
                 for p in (Path(tree) / folder).glob("*_test.py")
             )
+    multi_device = ["keras", "-m", "multi_device"]
     result = [
-        ("multi-device tier", "jax", tree, ["keras", "-m", "multi_device"]),
+        ("multi-device tier on 4 devices", "jax-4", tree, multi_device),
+        ("multi-device tier", "jax", tree, multi_device),
+        (
+            "the series' test files on 1 device",
+            "jax-1",
+            tree,
+            ["-n", "2", *patched_test_files(tree)],
+        ),
         # Its multi-device tests ran in the tier above.
         (
             "touched suites",
@@ -217,8 +245,9 @@ def _config_env(config, tree, cwd):
     env = {"KERAS_BACKEND": backend}
     if config == "jax-nnx":
         env["KERAS_NNX_ENABLED"] = "true"
-    if config == "jax-16":
-        env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=16"
+    devices = config.partition("-")[2]
+    if devices.isdigit():
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     if cwd != tree:
         env["PYTHONPATH"] = str(tree)
     return env

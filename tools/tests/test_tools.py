@@ -197,6 +197,7 @@ def test_known_failures_need_a_reason(tmp_path):
     assert suite.is_known("numpy", "keras/a_test.py::T::test_x", known)
     assert suite.is_known("torch", "keras/a_test.py::T::test_z", known)
     assert not suite.is_known("jax", "keras/a_test.py::T::test_z", known)
+    assert not suite.is_known("jax-4", "keras/a_test.py::T::test_z", known)
     path.write_text("keras/a_test.py::T::test_y\n")
     with pytest.raises(ToolError, match="no reason"):
         suite.read_known_failures(path)
@@ -221,6 +222,8 @@ def test_stages_cover_upstream_ci_configurations():
     envs = {config: env for _, _, config, _, env in _stages()}
     assert set(envs) == {
         "jax",
+        "jax-1",
+        "jax-4",
         "jax-nnx",
         "jax-16",
         "tensorflow",
@@ -229,6 +232,8 @@ def test_stages_cover_upstream_ci_configurations():
     }
     assert envs["jax-nnx"]["KERAS_NNX_ENABLED"] == "true"
     assert envs["jax-16"]["XLA_FLAGS"].endswith("device_count=16")
+    assert envs["jax-4"]["XLA_FLAGS"].endswith("device_count=4")
+    assert envs["jax-1"]["XLA_FLAGS"].endswith("device_count=1")
     for config, env in envs.items():
         assert env["KERAS_BACKEND"] == config.partition("-")[0]
 
