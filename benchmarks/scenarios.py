@@ -17,6 +17,7 @@ model from the `.keras` archive's config alone.
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import shutil
@@ -58,7 +59,7 @@ def distribution(family):
 
         # keras-hub's own layout map, as its users write it.
         layout_map = keras_hub.models.LlamaBackbone.get_layout_map(mesh)
-        return keras.distribution.ModelParallel(layout_map=layout_map)
+        return _model_parallel(layout_map)
     layout_map = keras.distribution.LayoutMap(mesh)
     if family == "embedding":
         layout_map[".*embedding/embeddings"] = (None, "model")
@@ -87,6 +88,17 @@ def distribution(family):
         layout_map[".*attention_output/kernel"] = ("model", None, "batch")
         layout_map[".*ffw_gating.*/kernel"] = ("batch", "model")
         layout_map[".*ffw_linear/kernel"] = ("model", "batch")
+    return _model_parallel(layout_map)
+
+
+def _model_parallel(layout_map):
+    """`ModelParallel` that repairs layouts that do not divide, where the
+    build has the option (upstream 3.15.1 does not)."""
+    parameters = inspect.signature(keras.distribution.ModelParallel).parameters
+    if "repair_layouts" in parameters:
+        return keras.distribution.ModelParallel(
+            layout_map=layout_map, repair_layouts=True
+        )
     return keras.distribution.ModelParallel(layout_map=layout_map)
 
 

@@ -168,7 +168,9 @@ def test_backbone_builds_loads_and_predicts(name, tmp_path):
     )
     backbone_class = getattr(keras_hub.models, MODELS[name][0])
     distribution = keras.distribution.ModelParallel(
-        layout_map=backbone_class.get_layout_map(mesh), batch_dim_name="batch"
+        layout_map=backbone_class.get_layout_map(mesh),
+        batch_dim_name="batch",
+        repair_layouts=True,
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -223,7 +225,9 @@ def test_plan_equals_bytes_placed_by_load_and_optimizer(name, tmp_path):
     )
     backbone_class = getattr(keras_hub.models, MODELS[name][0])
     distribution = keras.distribution.ModelParallel(
-        layout_map=backbone_class.get_layout_map(mesh), batch_dim_name="batch"
+        layout_map=backbone_class.get_layout_map(mesh),
+        batch_dim_name="batch",
+        repair_layouts=True,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -256,7 +260,9 @@ def test_full_size_plan_places_nothing(name):
         keras.distribution.list_devices(),
     )
     distribution = keras.distribution.ModelParallel(
-        layout_map=backbone_class.get_layout_map(mesh), batch_dim_name="batch"
+        layout_map=backbone_class.get_layout_map(mesh),
+        batch_dim_name="batch",
+        repair_layouts=True,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

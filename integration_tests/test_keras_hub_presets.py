@@ -78,6 +78,7 @@ def model_parallel(family):
     return keras.distribution.ModelParallel(
         layout_map=backbone_class(family).get_layout_map(mesh),
         batch_dim_name="batch",
+        repair_layouts=True,
     )
 
 

@@ -336,7 +336,9 @@ def scenario_repaired(args):
     )
     layout_map = keras.distribution.LayoutMap(mesh)
     layout_map[".*dense/kernel"] = (None, "model")
-    distribution = keras.distribution.ModelParallel(layout_map=layout_map)
+    distribution = keras.distribution.ModelParallel(
+        layout_map=layout_map, repair_layouts=True
+    )
 
     def build(deferred):
         defer = keras.utils.defer_initialization

@@ -51,6 +51,7 @@ def main():
         distribution = keras.distribution.ModelParallel(
             layout_map=backbone_class.get_layout_map(mesh),
             batch_dim_name="batch",
+            repair_layouts=True,
         )
         for dtype in ("float32", "bfloat16"):
             start = time.perf_counter()

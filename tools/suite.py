@@ -5,9 +5,9 @@
 of upstream CI that the series concerns, on 8 virtual CPU devices unless
 said otherwise:
   1. jax: upstream's multi-device tier over the whole unit suite
-     (`pytest keras -m multi_device`) on 4 devices, as upstream CI runs
-     it, and again on 8; the test files the series changes on 1 device,
-     as upstream CI runs the unit suite (multi-device tests skip); then
+     (`pytest keras -m multi_device`); the test files the series changes
+     on 1 device, as upstream CI runs the unit suite (multi-device tests
+     skip); then
      the upstream suites the fork touches: the fixed list `SUITES` plus
      the test files beside every file a patch changes;
   2. jax with `KERAS_NNX_ENABLED=true` over `NNX_SUITES`;
@@ -208,7 +208,6 @@ def stages(tree, tree_kind):
             )
     multi_device = ["keras", "-m", "multi_device"]
     result = [
-        ("multi-device tier on 4 devices", "jax-4", tree, multi_device),
         ("multi-device tier", "jax", tree, multi_device),
         (
             "the series' test files on 1 device",
