@@ -280,13 +280,14 @@ def test_repo_next_files_parse():
     assert known
     for config, test_id in known:
         assert config is None and test_id.startswith("keras/")
-    rebased = {
+    # patches-next/ holds the series rebased onto the nightly, in order, up
+    # to the first patch not yet rebased (`make next` names it).
+    rebased = [
         next_lib._subject(next_lib.NEXT_PATCHES / n)
         for n in read_series(next_lib.NEXT_PATCHES)
-    }
-    assert rebased == {
-        next_lib._subject(PATCHES / n) for n in read_series(PATCHES)
-    }
+    ]
+    series = [next_lib._subject(PATCHES / n) for n in read_series(PATCHES)]
+    assert rebased and rebased == series[: len(rebased)]
 
 
 def test_next_status_line_names_patches_and_files():
