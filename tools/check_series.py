@@ -3,7 +3,8 @@
 For the series file: every entry exists, no entry is duplicated, and no
 patch file is left out of it. Then, on a scratch tree built from the base,
 each patch in turn must apply without fuzz, after which `import keras` must
-work, the test files the patch touches must pass on 8 devices, ruff
+work, the test classes the patch adds or changes must pass on 8 devices
+(the whole test files run on the final tree in `make test`), ruff
 (with the tree's own `pyproject.toml`) must pass on the Python files it
 touches, and `keras/api` must be what `tools/api_gen.py` generates from
 the tree (checked after the patches that change a `keras_export` call or
@@ -13,6 +14,8 @@ patch.
 Usage: python -m tools.check_series
 """
 
+import ast
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -56,6 +59,30 @@ def touched_files(tree):
     return [f for f in out.splitlines() if (Path(tree) / f).exists()]
 
 
+def changed_tests(tree, path):
+    """The pytest node ids of the test classes and module-level test
+    functions of `path` (relative to `tree`) that the commit at HEAD adds
+    or changes: those whose lines its diff touches."""
+    diff = git(tree, "diff", "-U0", "HEAD~1", "HEAD", "--", path).stdout
+    lines = set()
+    for match in re.finditer(r"^@@ -\S+ \+(\d+)(?:,(\d+))? @@", diff, re.M):
+        start, count = int(match[1]), int(match[2] or 1)
+        # A pure deletion (count 0) touches the line it follows.
+        lines.update(range(start, start + max(count, 1)))
+    ids = []
+    for node in ast.parse((Path(tree) / path).read_text()).body:
+        if not isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            continue
+        if not node.name.startswith(("test", "Test")) and not (
+            isinstance(node, ast.ClassDef) and node.name.endswith("Test")
+        ):
+            continue
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        if lines & set(range(first, node.end_lineno + 1)):
+            ids.append(f"{path}::{node.name}")
+    return ids
+
+
 def changes_exports(tree):
     """Whether the commit at HEAD can change the generated API: it touches
     a `keras_export` call or `keras/api` (renames count as a deletion and
@@ -81,9 +108,10 @@ def check_patch(tree, name, run_tests=True):
     if imported.returncode != 0:
         return False, f"import keras FAILED\n{imported.stdout}"
     results.append("import ok")
-    tests = [f for f in files if f.endswith("_test.py")]
-    if tests and not run_tests:
-        results.append(f"{len(tests)} test files left to the suites")
+    test_files = [f for f in files if f.endswith("_test.py")]
+    tests = [t for f in test_files for t in changed_tests(tree, f)]
+    if test_files and not run_tests:
+        results.append(f"{len(test_files)} test files left to the suites")
     elif tests:
         tested = run(
             [
@@ -105,13 +133,13 @@ def check_patch(tree, name, run_tests=True):
             capture=True,
         )
         if tested.returncode == 0:
-            results.append(f"{len(tests)} test files pass")
+            results.append(f"the {len(tests)} test classes it changes pass")
         else:
             ok = False
             tail = "\n".join(tested.stdout.splitlines()[-15:])
             results.append(f"tests FAILED\n{tail}")
     else:
-        results.append("no test files touched")
+        results.append("no tests changed")
     sources = [f for f in files if f.endswith(".py")]
     if sources:
         config = ["--config", "pyproject.toml"]

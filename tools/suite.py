@@ -4,12 +4,12 @@
 `check_series.py`), then runs the stages of `stages()`, the configurations
 of upstream CI that the series concerns, on 8 virtual CPU devices unless
 said otherwise:
-  1. jax: upstream's multi-device tier over the whole unit suite
-     (`pytest keras -m multi_device`); the test files the series changes
-     on 1 device, as upstream CI runs the unit suite (multi-device tests
-     skip); then
-     the upstream suites the fork touches: the fixed list `SUITES` plus
-     the test files beside every file a patch changes;
+  1. jax: upstream's multi-device tier over the whole unit suite on 4
+     devices, as upstream CI runs it (`pytest keras -m multi_device`);
+     the test files the series changes on 1 device, as upstream CI runs
+     the unit suite (multi-device tests skip); then the upstream suites
+     the fork touches, multi-device tests included: the fixed list
+     `SUITES` plus the test files beside every file a patch changes;
   2. jax with `KERAS_NNX_ENABLED=true` over `NNX_SUITES`;
   3. tensorflow, torch and numpy over `BACKEND_SUITES`;
   4. the project's own tests (`tools/tests`, `benchmarks/tests`,
@@ -206,22 +206,25 @@ def stages(tree, tree_kind):
                 str(p.relative_to(tree))
                 for p in (Path(tree) / folder).glob("*_test.py")
             )
-    multi_device = ["keras", "-m", "multi_device"]
     result = [
-        ("multi-device tier", "jax", tree, multi_device),
+        # As upstream CI runs it: `JAX_NUM_CPU_DEVICES=4 pytest keras -m
+        # multi_device`.
+        (
+            "multi-device tier on 4 devices",
+            "jax-4",
+            tree,
+            ["-n", "2", "keras", "-m", "multi_device"],
+        ),
+        # As upstream CI runs the unit suite: one device, so the
+        # multi-device tests skip.
         (
             "the series' test files on 1 device",
             "jax-1",
             tree,
             ["-n", "2", *patched_test_files(tree)],
         ),
-        # Its multi-device tests ran in the tier above.
-        (
-            "touched suites",
-            "jax",
-            tree,
-            ["-n", "2", "-m", "not multi_device", *suites],
-        ),
+        # Multi-device tests included: the series' tests on 8 devices.
+        ("touched suites", "jax", tree, ["-n", "2", *suites]),
         ("NNX suites", "jax-nnx", tree, ["-n", "2", *NNX_SUITES]),
     ]
     for backend in OTHER_BACKENDS:
