@@ -156,6 +156,34 @@ def test_check_series_reports_lint_failure_by_patch(base, tmp_path, capsys):
     assert "ruff FAILED" in out
 
 
+def test_check_series_runs_the_test_classes_a_patch_changes(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    text = (
+        "import pytest\n\n\n"
+        "def helper():\n    return 1\n\n\n"
+        "class FirstTest:\n    def test_a(self):\n        pass\n\n\n"
+        "class SecondTest:\n    def test_b(self):\n        pass\n\n\n"
+        "@pytest.mark.parametrize('x', [1])\n"
+        "def test_c(x):\n    pass\n"
+    )
+    commit_change(repo, "a_test.py", text)
+    commit_change(
+        repo,
+        "a_test.py",
+        text.replace("test_b(self):\n        pass", "test_b(self):\n        1")
+        .replace("[1]", "[1, 2]")
+        .replace("return 1", "return 2"),
+    )
+    assert check_series.changed_tests(repo, "a_test.py") == [
+        "a_test.py::SecondTest",
+        "a_test.py::test_c",
+    ]
+
+
 def test_api_gen_reproduces_the_sdist_api_and_finds_hand_edits(base):
     assert api_gen.differences(base) == []
     utils_api = base / "keras" / "api" / "utils" / "__init__.py"
@@ -223,6 +251,7 @@ def test_stages_cover_upstream_ci_configurations():
     assert set(envs) == {
         "jax",
         "jax-1",
+        "jax-4",
         "jax-nnx",
         "jax-16",
         "tensorflow",
@@ -232,6 +261,9 @@ def test_stages_cover_upstream_ci_configurations():
     assert envs["jax-nnx"]["KERAS_NNX_ENABLED"] == "true"
     assert envs["jax-16"]["XLA_FLAGS"].endswith("device_count=16")
     assert envs["jax-1"]["XLA_FLAGS"].endswith("device_count=1")
+    # Upstream CI's multi-device tier.
+    tier = [args for _, _, config, args, _ in _stages() if config == "jax-4"]
+    assert tier == [["-n", "2", "keras", "-m", "multi_device"]]
     for config, env in envs.items():
         assert env["KERAS_BACKEND"] == config.partition("-")[0]
 
