@@ -10,7 +10,8 @@ said otherwise:
      the unit suite (multi-device tests skip); then the upstream suites
      the fork touches, multi-device tests included: the fixed list
      `SUITES` plus the test files beside every file a patch changes;
-  2. jax with `KERAS_NNX_ENABLED=true` over `NNX_SUITES`;
+  2. jax with `KERAS_NNX_ENABLED=true` over `NNX_SUITES` and the series'
+     test files;
   3. tensorflow, torch and numpy over `BACKEND_SUITES`;
   4. the project's own tests (`tools/tests`, `benchmarks/tests`,
      `integration_tests`), on the fork only, then the keras-hub tests
@@ -57,15 +58,11 @@ SUITES = (
     "keras/src/saving",
     "keras/src/layers/core",
 )
-# The suites of sharded and deferred initialization and of the memory plan,
-# and the saving tests of the series, run again with Flax NNX variables.
+# Run again with Flax NNX variables, with the series' own test files: the
+# suites of the variables and their initializers.
 NNX_SUITES = (
     "keras/src/backend/common",
-    "keras/src/backend/jax",
-    "keras/src/distribution",
     "keras/src/initializers",
-    "keras/src/layers/core",
-    "keras/src/saving/saving_lib_test.py",
 )
 # The backend-neutral suites that the series changes, run on the other
 # backends of upstream CI.
@@ -204,6 +201,11 @@ def stages(tree, tree_kind):
                 str(p.relative_to(tree))
                 for p in (Path(tree) / folder).glob("*_test.py")
             )
+    nnx_files = [
+        f
+        for f in patched_test_files(tree)
+        if not any(f.startswith(f"{s}/") for s in NNX_SUITES)
+    ]
     result = [
         # As upstream CI runs it: `JAX_NUM_CPU_DEVICES=4 pytest keras -m
         # multi_device`.
@@ -223,14 +225,27 @@ def stages(tree, tree_kind):
         ),
         # Multi-device tests included: the series' tests on 8 devices.
         ("touched suites", "jax", tree, ["-n", "2", *suites]),
-        ("NNX suites", "jax-nnx", tree, ["-n", "2", *NNX_SUITES]),
+        (
+            "NNX: variables, initializers and the series' test files",
+            "jax-nnx",
+            tree,
+            ["-n", "2", *NNX_SUITES, *nnx_files],
+        ),
     ]
     for backend in OTHER_BACKENDS:
         result.append(
             ("backend suites", backend, tree, ["-n", "2", *BACKEND_SUITES])
         )
     if tree_kind == "fork":
-        result.append(("project tests", "jax", ROOT, list(PROJECT_TESTS)))
+        # One file per worker: the files' module fixtures build once.
+        result.append(
+            (
+                "project tests",
+                "jax",
+                ROOT,
+                ["-n", "2", "--dist", "loadfile", *PROJECT_TESTS],
+            )
+        )
         result.append(
             ("keras-hub tests on 16 devices", "jax-16", ROOT, [KERAS_HUB_TESTS])
         )
