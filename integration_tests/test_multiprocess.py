@@ -16,6 +16,11 @@ SIZE = 8
 NUM_PROCESSES = 2
 DEVICES = 4
 MIB = 2**20
+# A block of rows gathered across processes: 16 MiB shared by the devices
+# and the host of a process. A device holds at most the block being
+# written (a view of its buffer), the next one and the slices it comes
+# from.
+GATHER_BYTES_PER_DEVICE = 3 * 16 * MIB // (DEVICES + 1)
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +81,10 @@ def test_save_weights_writes_one_file_from_the_first_process(workdir):
     assert results[0]["bytes_written"] >= size
     assert results[1]["bytes_written"] == 0
     for result in results:
-        # Its own shard and, at most, a slice sent or received.
-        assert result["peak_device_bytes"] <= 2 * result["largest_device_bytes"]
+        # Its own shard and, at most, one gathered block.
+        assert result["peak_device_bytes"] <= (
+            result["largest_device_bytes"] + GATHER_BYTES_PER_DEVICE
+        )
         assert result["checked_variables"] == 3
         assert result["checked_shards"] == num_local_shards()
     with h5py.File(workdir / "saved.weights.h5") as f:
@@ -95,8 +102,10 @@ def test_save_model_writes_one_archive_from_the_first_process(workdir):
     for result in results:
         # Every process loaded the archive back, exactly.
         assert result["checked_shards"] == num_local_shards()
-        # Its own shard and, at most, a slice sent or received.
-        assert result["peak_device_bytes"] <= 2 * result["largest_device_bytes"]
+        # Its own shard and, at most, one gathered block.
+        assert result["peak_device_bytes"] <= (
+            result["largest_device_bytes"] + GATHER_BYTES_PER_DEVICE
+        )
 
 
 def test_save_fails_in_every_process_without_hanging(workdir):
@@ -110,6 +119,14 @@ def test_save_fails_in_every_process_without_hanging(workdir):
         assert error["type"] == "ValueError"
         assert "failed in process 0" in error["message"]
         assert "missing/saved" in error["message"]
+    # A write that fails halfway in process 0: its error there, one naming
+    # process 0 in the other; then both save again, and load it exactly.
+    assert results[0]["errors"]["write"]["type"] == "OSError"
+    assert "injected" in results[0]["errors"]["write"]["message"]
+    assert results[1]["errors"]["write"]["type"] == "ValueError"
+    assert "failed in process 0" in results[1]["errors"]["write"]["message"]
+    for result in results:
+        assert result["checked_after_failure"] == num_local_shards()
 
 
 def test_bad_shape_fails_in_its_process_and_the_others_end(workdir):

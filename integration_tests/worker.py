@@ -34,6 +34,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from unittest import mock
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
@@ -232,18 +233,18 @@ def scenario_save(args):
                 )
                 checked += 1
     # The same through a sharded save and a load into a fresh model, with
-    # the rows that process 1 sends to process 0 in many small rounds
-    # rather than the few of a full-size transfer.
+    # the rows gathered in many small blocks rather than the few of a
+    # full-size save.
     path = args.workdir / "saved.weights.json"
     from keras.src.backend.jax import distribution_lib
 
-    send_bytes = distribution_lib._SEND_BYTES
-    distribution_lib._SEND_BYTES = 64 * 1024
+    gather_bytes = distribution_lib._GATHER_BYTES
+    distribution_lib._GATHER_BYTES = 64 * 1024
     try:
         # Just above the embeddings: the dense layer goes to a second file.
         model.save_weights(path, max_shard_size=(args.size + 0.1) / 1024)
     finally:
-        distribution_lib._SEND_BYTES = send_bytes
+        distribution_lib._GATHER_BYTES = gather_bytes
     other = build_model(args.size)
     other.load_weights(path)
     result["checked_variables"] = checked
@@ -281,6 +282,7 @@ def scenario_save_fails(args):
     """`save_weights` and `model.save()` to a folder that does not exist:
     process 0, which writes, fails; every process must raise, none hang."""
     model = build_model(args.size)
+    model.load_weights(args.workdir / "model.weights.h5")
     path = args.workdir / "missing" / "saved"
     errors = {}
     for name, save in (
@@ -291,7 +293,28 @@ def scenario_save_fails(args):
             save()
         except Exception as e:
             errors[name] = {"type": type(e).__name__, "message": str(e)}
-    return {"errors": errors}
+    # Writing fails in process 0 at the second block of the embeddings
+    # (gathered in 3 or more): every process raises, and the next save
+    # works.
+    write = h5py.Dataset.__setitem__
+    calls = []
+
+    def failing_write(dataset, index, value):
+        calls.append(index)
+        if jax.process_index() == 0 and len(calls) == 2:
+            raise OSError("No space left on device (injected)")
+        return write(dataset, index, value)
+
+    try:
+        with mock.patch.object(h5py.Dataset, "__setitem__", failing_write):
+            model.save_weights(args.workdir / "failed.weights.h5")
+    except Exception as e:
+        errors["write"] = {"type": type(e).__name__, "message": str(e)}
+    model.save_weights(args.workdir / "after_failure.weights.h5")
+    other = build_model(args.size)
+    other.load_weights(args.workdir / "after_failure.weights.h5")
+    checked = check_values(other, load_reference(args.workdir))
+    return {"errors": errors, "checked_after_failure": checked}
 
 
 def scenario_deferred_load(args):
