@@ -14,7 +14,7 @@ BASE ?=
 .DEFAULT_GOAL := help
 .PHONY: help venv tree patches check-series api wheel test test-full \
 	compare-full bench multiprocess demo plan lint clean next next-patches \
-	next-test
+	next-test device-wheels device-check
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -84,6 +84,15 @@ demo: tree ## Build a sharded model on 8 CPU devices and show its layout
 plan: tree ## Per-device memory plan of Llama-3-8B and Gemma-7B on 8 devices
 	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=8 \
 		PYTHONPATH=build/keras $(PY) -m tools.plan
+
+device-wheels: tree ## Wheels and both trees for a GPU run, in build/device/
+	$(PY) -m tools.tree build/keras-upstream --base-only
+	$(PY) -m tools.device
+
+device-check: tree ## Load, init and tests on one device: table + JSON
+	$(PY) -m tools.tree build/keras-upstream --base-only
+	$(PY) -m benchmarks.device_check --upstream build/keras-upstream \
+		--fork build/keras --out benchmarks/results/device-check.json
 
 lint: venv ## ruff on the project's own code
 	$(PY) -m ruff check tools integration_tests benchmarks
