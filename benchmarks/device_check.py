@@ -277,6 +277,8 @@ def environment(tree, site):
     env["XLA_FLAGS"] = " ".join(flags)
     env.pop("JAX_NUM_CPU_DEVICES", None)
     path = [str(tree), str(ROOT)] + ([str(site)] if site else [])
+    # Then what the caller had, such as another keras-hub.
+    path += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(path)
     return env
 
