@@ -40,54 +40,33 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.configs import GEMMA_7B
+from benchmarks.configs import LLAMA_3B
+from benchmarks.configs import LLAMA_8B
+
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
 
-LLAMA_3B = dict(
-    vocabulary_size=128256,
-    num_layers=28,
-    num_query_heads=24,
-    num_key_value_heads=8,
-    hidden_dim=3072,
-    intermediate_dim=8192,
-    tie_word_embeddings=True,
-    rope_max_wavelength=500000,
-)
-LLAMA_8B = dict(
-    vocabulary_size=128256,
-    num_layers=32,
-    num_query_heads=32,
-    num_key_value_heads=8,
-    hidden_dim=4096,
-    intermediate_dim=14336,
-    rope_max_wavelength=500000,
-)
-GEMMA_7B = dict(
-    vocabulary_size=256000,
-    num_layers=28,
-    num_query_heads=16,
-    num_key_value_heads=16,
-    hidden_dim=3072,
-    intermediate_dim=49152,
-    head_dim=256,
-)
+MODELS = {
+    "Llama-3-8B": ("LlamaBackbone", LLAMA_8B),
+    "Gemma-7B": ("GemmaBackbone", GEMMA_7B),
+}
+# The same code on small models: a minute on one CPU device.
 TINY = dict(vocabulary_size=512, num_layers=2, hidden_dim=64)
-# size: (preset backbone, {name: (keras-hub class, config)})
+# size: (the preset's backbone, {name: (keras-hub class, config)})
 SIZES = {
-    "full": (
-        LLAMA_3B,
-        {"Llama-3-8B": ("LlamaBackbone", LLAMA_8B)},
-    ),
+    "full": (LLAMA_3B, MODELS),
     "tiny": (
         {**LLAMA_3B, **TINY, "intermediate_dim": 128},
-        {"Llama-3-8B": ("LlamaBackbone", {**LLAMA_8B, **TINY})},
+        {
+            "Llama-3-8B": ("LlamaBackbone", {**LLAMA_8B, **TINY}),
+            "Gemma-7B": (
+                "GemmaBackbone",
+                {**GEMMA_7B, **TINY, "intermediate_dim": 256, "head_dim": 16},
+            ),
+        },
     ),
 }
-SIZES["full"][1]["Gemma-7B"] = ("GemmaBackbone", GEMMA_7B)
-SIZES["tiny"][1]["Gemma-7B"] = (
-    "GemmaBackbone",
-    {**GEMMA_7B, **TINY, "intermediate_dim": 256, "head_dim": 16},
-)
 # The series' test files with multi-device tests; `--size tiny` runs one
 # class of them.
 TEST_FILES = [

@@ -29,6 +29,7 @@ from pathlib import Path
 os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
+import configs  # noqa: E402
 import hf_checkpoint  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -255,17 +256,7 @@ LLAMA_8B_NARROW = dict(
     hidden_dim=1024,
     intermediate_dim=3584,
 )
-LLAMA_3B = dict(
-    vocabulary_size=128256,
-    num_layers=28,
-    num_query_heads=24,
-    num_key_value_heads=8,
-    hidden_dim=3072,
-    intermediate_dim=8192,
-    tie_word_embeddings=True,
-    rope_max_wavelength=500000,
-    dtype="bfloat16",
-)
+LLAMA_3B = dict(configs.LLAMA_3B, dtype="bfloat16")
 # family: (backbone arguments, preset kind)
 KERAS_HUB = {
     "llama_preset": (LLAMA_8B_NARROW, "keras"),

@@ -9,34 +9,19 @@ import jax
 import keras
 import keras_hub
 
+from benchmarks import configs
+
 GIB = 2**30
 
 # Configurations of the `llama3_8b_en` and `gemma_7b_en` presets.
 MODELS = {
     "Llama-3-8B": (
         keras_hub.models.LlamaBackbone,
-        dict(
-            vocabulary_size=128256,
-            num_layers=32,
-            num_query_heads=32,
-            hidden_dim=4096,
-            intermediate_dim=14336,
-            num_key_value_heads=8,
-            rope_max_wavelength=500000,
-            layer_norm_epsilon=1e-5,
-        ),
+        configs.LLAMA_8B,
     ),
     "Gemma-7B": (
         keras_hub.models.GemmaBackbone,
-        dict(
-            vocabulary_size=256000,
-            num_layers=28,
-            num_query_heads=16,
-            num_key_value_heads=16,
-            hidden_dim=3072,
-            intermediate_dim=49152,
-            head_dim=256,
-        ),
+        configs.GEMMA_7B,
     ),
 }
 
