@@ -14,6 +14,7 @@ import shutil
 import sys
 
 from tools.common import BUILD
+from tools.common import ROOT
 from tools.common import ToolError
 from tools.common import main_wrapper
 from tools.common import run
@@ -21,25 +22,40 @@ from tools.common import run
 DEVICE = BUILD / "device"
 LIMIT_BYTES = 64 * 2**20
 # keras and keras-hub's own dependencies (not JAX, NumPy, h5py or
-# ml_dtypes, which the machine has), pinned as in requirements*.txt.
+# ml_dtypes, which the machine has), and pytest, at the versions that
+# requirements.txt and requirements-test.txt pin.
 WHEELS = [
-    "keras-hub==0.32.0",
-    "regex==2026.11.19",
-    "tokenizers==0.23.3",
-    "sentencepiece==0.2.3",
-    "absl-py==2.5.1",
-    "namex==0.1.0",
-    "optree==0.20.0",
-    "rich==15.0.0",
-    "markdown-it-py==4.3.0",
-    "mdurl==0.1.2",
-    "Pygments==2.21.0",
-    "packaging==26.4",
-    "pytest==9.2.0",
-    "pluggy==1.7.0",
-    "iniconfig==2.3.1",
+    "keras-hub",
+    "regex",
+    "tokenizers",
+    "sentencepiece",
+    "absl-py",
+    "namex",
+    "optree",
+    "rich",
+    "markdown-it-py",
+    "mdurl",
+    "pygments",
+    "packaging",
+    "pytest",
+    "pluggy",
+    "iniconfig",
 ]
 TREES = {"upstream": BUILD / "keras-upstream", "fork": BUILD / "keras"}
+
+
+def pinned(names):
+    """The requirement lines of `names` in the repository's pin files."""
+    pins = {}
+    for file in ("requirements.txt", "requirements-test.txt"):
+        for line in (ROOT / file).read_text().splitlines():
+            name, _, version = line.partition("==")
+            if version:
+                pins[name.strip().lower()] = line.strip()
+    missing = [n for n in names if n not in pins]
+    if missing:
+        raise ToolError(f"not pinned in the requirements files: {missing}")
+    return [pins[n] for n in names]
 
 
 def size(path):
@@ -54,7 +70,7 @@ def main():
         + ["--only-binary=:all:", "--python-version", "3.12"]
         + ["--platform", "manylinux_2_28_x86_64"]
         + ["--platform", "manylinux_2_17_x86_64", "--platform", "any"]
-        + ["-d", str(wheels), *WHEELS]
+        + ["-d", str(wheels), *pinned(WHEELS)]
     )
     for name, tree in TREES.items():
         if not (tree / "keras").is_dir():
