@@ -167,11 +167,10 @@ def worker_floors(spec):
     import numpy as np
 
     files = sorted(Path(spec["preset"]).glob("*.weights.h5"))
-    files += sorted(Path(spec["preset"]).glob("model*.h5"))
     num_bytes = 0
     start = time.perf_counter()
     buffer = bytearray(64 * 2**20)
-    for path in dict.fromkeys(files):
+    for path in files:
         with open(path, "rb", buffering=0) as f:
             while read := f.readinto(buffer):
                 num_bytes += read
