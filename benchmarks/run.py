@@ -71,6 +71,7 @@ SCENARIOS = (
     "keras_hub_hf_llama",
     "deferred_keras_hub_hf_llama",
     "orbax_load_embedding",
+    "quantize_int8_dense",
     "read_new_memory_embedding",
     "replace_value_embedding",
 )

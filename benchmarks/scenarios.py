@@ -68,6 +68,9 @@ def distribution(family):
         layout_map[".*embedding/embeddings"] = ("model", None)
     elif family in ("kernels", "blocks"):
         layout_map[".*dense_\\d+/kernel"] = (None, "model")
+    elif family == "quantize":
+        layout_map["^dense/kernel"] = (None, "model")
+        layout_map[".*einsum_dense/kernel"] = ("model", None)
     elif family == "lora_dense":
         layout_map[".*dense.*/kernel"] = (None, "model")
     elif family == "qwen":
@@ -113,6 +116,19 @@ def embedding_model(args):
         ],
         name="embedding_model",
     )
+
+
+def quantize_model(args):
+    # A `Dense` kernel of (4096, width) and an `EinsumDense` kernel of
+    # (width, 1024), SIZE MiB of float32 in all: (4096, 16384) and
+    # (16384, 1024) at SIZE=320.
+    width = args.size * 2**20 // (4 * (4096 + 1024)) // 64 * 64
+    inputs = keras.Input((4096,))
+    x = keras.layers.Dense(width, use_bias=False, name="dense")(inputs)
+    outputs = keras.layers.EinsumDense(
+        "ab,bc->ac", 1024, name="einsum_dense"
+    )(x)
+    return keras.Model(inputs, outputs, name="quantize_model")
 
 
 def lora_dense_model(args):
@@ -306,6 +322,7 @@ BUILDERS = {
     "embedding": embedding_model,
     "embedding_rows": embedding_model,
     "lora_dense": lora_dense_model,
+    "quantize": quantize_model,
     "kernels": kernels_model,
     "blocks": blocks_model,
     "decoder": decoder_model,
@@ -395,6 +412,10 @@ def _load(path_name):
         state["model"].load_weights(Path(args.data) / path_name)
 
     return section
+
+
+def _quantize_int8(args, state):
+    state["model"].quantize("int8")
 
 
 def _set_weights(args, state):
@@ -625,6 +646,7 @@ SCENARIOS = {
         _load("embedding_orbax"),
         "embedding_orbax",
     ),
+    "quantize_int8_dense": ("quantize", _build, _quantize_int8, None),
     "read_new_memory_embedding": (
         "embedding",
         _build,
