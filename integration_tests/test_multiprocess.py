@@ -21,6 +21,9 @@ MIB = 2**20
 # written (a view of its buffer), the next one and the slices it comes
 # from.
 GATHER_BYTES_PER_DEVICE = 3 * 16 * MIB // (DEVICES + 1)
+# What a process that writes none of the file may still write to storage
+# while saving: a few pages, far below one shard (1 MiB).
+OTHER_WRITES = 64 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +82,7 @@ def test_save_weights_writes_one_file_from_the_first_process(workdir):
     # Only process 0 wrote; every process read back exact values, from the
     # single file and from a sharded save loaded into a new model.
     assert results[0]["bytes_written"] >= size
-    assert results[1]["bytes_written"] == 0
+    assert results[1]["bytes_written"] < OTHER_WRITES
     for result in results:
         # Its own shard and, at most, one gathered block.
         assert result["peak_device_bytes"] <= (
@@ -98,7 +101,7 @@ def test_save_model_writes_one_archive_from_the_first_process(workdir):
     results = run("save_model", workdir).check()
     size = (workdir / "saved.keras").stat().st_size
     assert results[0]["bytes_written"] >= size
-    assert results[1]["bytes_written"] == 0
+    assert results[1]["bytes_written"] < OTHER_WRITES
     for result in results:
         # Every process loaded the archive back, exactly.
         assert result["checked_shards"] == num_local_shards()

@@ -134,8 +134,9 @@ def measured(function):
 
     The first run is watched by the per-device sampler of the benchmark.
     The sampler holds the arrays it looks at for a moment, which delays
-    their release, so RSS, bytes read and time come from the second,
-    unwatched run.
+    their release, so RSS, bytes read and written and time come from the
+    second, unwatched run (the first may also write a module's first
+    `.pyc`).
     """
     sampler = memory.Sampler()
     with sampler, memory.hooks(sampler):
@@ -143,6 +144,7 @@ def measured(function):
     memory.reset_peak_rss()
     rss_before, _ = memory.rss_bytes()
     read_before = io_counter("rchar")
+    written_before = io_counter("write_bytes")
     start = time.perf_counter()
     function()
     seconds = time.perf_counter() - start
@@ -150,6 +152,7 @@ def measured(function):
     return {
         "seconds": seconds,
         "bytes_read": io_counter("rchar") - read_before,
+        "bytes_written": io_counter("write_bytes") - written_before,
         "rss_increase": rss_peak - rss_before,
         "peak_device_bytes": max(sampler.peak.values()),
     }
@@ -216,10 +219,7 @@ def scenario_save(args):
     model.load_weights(args.workdir / "model.weights.h5")
     reference = load_reference(args.workdir)
     path = args.workdir / "saved.weights.h5"
-    written = io_counter("write_bytes")
     result = measured(lambda: model.save_weights(path))
-    # `measured()` saves twice: keep the bytes of one save.
-    result["bytes_written"] = (io_counter("write_bytes") - written) // 2
     result["largest_device_bytes"] = local_shards(model)[1]
     # `save_weights` returns in every process once the file is complete,
     # so each process can read it back.
@@ -258,9 +258,7 @@ def scenario_save_model(args):
     model = build_model(args.size)
     model.load_weights(args.workdir / "model.weights.h5")
     path = args.workdir / "saved.keras"
-    written = io_counter("write_bytes")
     result = measured(lambda: model.save(path))
-    result["bytes_written"] = (io_counter("write_bytes") - written) // 2
     result["largest_device_bytes"] = local_shards(model)[1]
     with keras.distribution.ModelParallel(
         layout_map=model_layout_map()
