@@ -149,6 +149,17 @@ def patched_test_files(tree, patches_dir=PATCHES):
     return sorted(files)
 
 
+def multi_device_test_files(tree):
+    """The test files of `tree` that mention the `multi_device` marker: the
+    only ones `pytest keras -m multi_device` runs tests from. Naming them
+    spares each worker importing every other test module to collect it."""
+    return sorted(
+        str(path.relative_to(tree))
+        for path in (Path(tree) / "keras").rglob("*_test.py")
+        if "multi_device" in path.read_text()
+    )
+
+
 def patched_folders(patches_dir=PATCHES):
     """Folders under `keras/src` that hold a file some patch changes."""
     folders = set()
@@ -216,12 +227,12 @@ def stages(tree, tree_kind):
     ]
     result = [
         # As upstream CI runs it: `JAX_NUM_CPU_DEVICES=4 pytest keras -m
-        # multi_device`.
+        # multi_device`, the same tests collected from fewer files.
         (
             "multi-device tier on 4 devices",
             "jax-4",
             tree,
-            ["-n", "2", "keras", "-m", "multi_device"],
+            ["-n", "2", "-m", "multi_device", *multi_device_test_files(tree)],
         ),
         # As upstream CI runs the unit suite: one device, so the
         # multi-device tests skip.
