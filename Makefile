@@ -65,7 +65,8 @@ ifeq ($(TREE),upstream)
 endif
 	$(PY) -m integration_tests.multiprocess --size $(MP_SIZE) \
 		$(if $(filter upstream,$(TREE)),--tree build/keras-upstream) \
-		build load assign save save_model save_fails bad_shape deferred_load
+		build load assign save save_model save_fails bad_shape deferred_load \
+		orbax
 
 next: venv ## build/keras-next: keras-nightly + patches-next/; status line
 	$(PY) -m tools.next tree

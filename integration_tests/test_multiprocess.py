@@ -159,6 +159,19 @@ def test_deferred_build_places_nothing_then_load_places_shards(workdir):
         )
 
 
+def test_orbax_checkpoint_restores_into_deferred_model(workdir):
+    results = run("orbax", workdir).check()
+    for result in results:
+        # Trained and saved with `OrbaxCheckpoint` by both processes, then
+        # restored exactly: each process reads and holds only its shards.
+        assert result["live_before"] == 0
+        assert result["checked_shards"] == num_local_shards()
+        assert result["bytes_held"] == own_bytes()
+        assert (
+            result["peak_device_bytes"] <= result["largest_device_bytes"] + 1024
+        )
+
+
 def test_repaired_layout_saves_and_loads(workdir):
     results = run("repaired", workdir).check()
     for result in results:

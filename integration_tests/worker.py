@@ -23,11 +23,14 @@ Scenarios:
   bad_shape  like `load`, but process 1 reads a checkpoint of another shape
   deferred_load  build in `keras.utils.defer_initialization()`, then load
   repaired   a layout that the mesh does not divide: save, then deferred load
+  orbax      train a step with `OrbaxCheckpoint`, then restore it into a
+             deferred model
   hang       never returns (tests the launcher's deadline)
 """
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -60,7 +63,7 @@ def model_layout_map():
     return layout_map
 
 
-def build_model(size_mib, embed_dim=EMBED_DIM, deferred=False):
+def build_model(size_mib, embed_dim=EMBED_DIM, deferred=False, name=None):
     layout_map = model_layout_map()
     defer = keras.utils.defer_initialization if deferred else None
     with (
@@ -74,7 +77,8 @@ def build_model(size_mib, embed_dim=EMBED_DIM, deferred=False):
                     rows(size_mib), embed_dim, name="embedding"
                 ),
                 keras.layers.Dense(DENSE_UNITS, name="dense"),
-            ]
+            ],
+            name=name,
         )
     if not deferred:
         jax.block_until_ready([w.value for w in model.weights])
@@ -398,6 +402,56 @@ def scenario_bad_shape(args):
     return scenario_load(args, path or "model.weights.h5")
 
 
+def scenario_orbax(args):
+    """Train a step with `OrbaxCheckpoint` (each process writes its shards),
+    then restore into a model built in `keras.utils.defer_initialization()`
+    with `load_weights`, watched by the sampler."""
+    from keras.callbacks import OrbaxCheckpoint
+
+    path = args.workdir / "orbax"
+    # Orbax matches variables by path: both models get the same name.
+    model = build_model(args.size, name="orbax_model")
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(
+        np.zeros((8, 8), "int32"),
+        np.ones((8, 8, DENSE_UNITS)),
+        verbose=0,
+        callbacks=[OrbaxCheckpoint(str(path), save_on_background=False)],
+    )
+    trained = {
+        key(w): [
+            (s.index, np.array(s.data)) for s in w.value.addressable_shards
+        ]
+        for w in model.weights
+    }
+    del model
+    keras.backend.clear_session()
+    gc.collect()
+    live_before = memory.shard_bytes(jax.live_arrays())
+    restored = build_model(args.size, deferred=True, name="orbax_model")
+    sampler = memory.Sampler()
+    with sampler, memory.hooks(sampler):
+        restored.load_weights(path)
+    checked = 0
+    for weight in restored.weights:
+        shards = dict(
+            (str(index), data) for index, data in trained[key(weight)]
+        )
+        for shard in weight.value.addressable_shards:
+            np.testing.assert_array_equal(
+                np.asarray(shard.data), shards[str(shard.index)]
+            )
+            checked += 1
+    held, largest = local_shards(restored)
+    return {
+        "checked_shards": checked,
+        "bytes_held": held,
+        "largest_device_bytes": largest,
+        "peak_device_bytes": max(sampler.peak.values()),
+        "live_before": max(live_before.values(), default=0),
+    }
+
+
 def scenario_hang(args):
     """Never returns: for the launcher's deadline."""
     while True:
@@ -415,6 +469,7 @@ SCENARIOS = {
     "bad_shape": scenario_bad_shape,
     "deferred_load": scenario_deferred_load,
     "repaired": scenario_repaired,
+    "orbax": scenario_orbax,
     "hang": scenario_hang,
 }
 

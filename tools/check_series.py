@@ -59,11 +59,11 @@ def touched_files(tree):
     return [f for f in out.splitlines() if (Path(tree) / f).exists()]
 
 
-def changed_tests(tree, path):
+def changed_tests(tree, path, base="HEAD~1"):
     """The pytest node ids of the test classes and module-level test
-    functions of `path` (relative to `tree`) that the commit at HEAD adds
-    or changes: those whose lines its diff touches."""
-    diff = git(tree, "diff", "-U0", "HEAD~1", "HEAD", "--", path).stdout
+    functions of `path` (relative to `tree`) that the commits from `base`
+    to HEAD add or change: those whose lines their diff touches."""
+    diff = git(tree, "diff", "-U0", base, "HEAD", "--", path).stdout
     lines = set()
     for match in re.finditer(r"^@@ -\S+ \+(\d+)(?:,(\d+))? @@", diff, re.M):
         start, count = int(match[1]), int(match[2] or 1)
@@ -74,7 +74,8 @@ def changed_tests(tree, path):
         if not isinstance(node, (ast.ClassDef, ast.FunctionDef)):
             continue
         if not node.name.startswith(("test", "Test")) and not (
-            isinstance(node, ast.ClassDef) and node.name.endswith("Test")
+            isinstance(node, ast.ClassDef)
+            and node.name.endswith(("Test", "Tests"))
         ):
             continue
         first = min([node.lineno] + [d.lineno for d in node.decorator_list])

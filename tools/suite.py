@@ -5,13 +5,14 @@
 of upstream CI that the series concerns, on 8 virtual CPU devices unless
 said otherwise:
   1. jax: upstream's multi-device tier over the whole unit suite on 4
-     devices, as upstream CI runs it (`pytest keras -m multi_device`);
-     the test files the series changes on 1 device, as upstream CI runs
-     the unit suite (multi-device tests skip); then the upstream suites
-     the fork touches, multi-device tests included: the fixed list
-     `SUITES` plus the test files beside every file a patch changes;
-  2. jax with `KERAS_NNX_ENABLED=true` over `NNX_SUITES` and the series'
-     test files;
+     devices, as upstream CI runs it (`pytest keras -m multi_device`,
+     collected from the files that mention the marker); the tests the
+     series adds or changes on 1 device, as upstream CI runs the unit
+     suite (multi-device tests skip); then the upstream suites the fork
+     touches, multi-device tests included: the fixed list `SUITES` plus
+     the test files beside every file a patch changes;
+  2. jax with `KERAS_NNX_ENABLED=true` over `NNX_SUITES` and the tests
+     the series adds or changes;
   3. tensorflow, torch and numpy over `BACKEND_SUITES`;
   4. the project's own tests (`tools/tests`, `benchmarks/tests`,
      `integration_tests`), on the fork only, then the keras-hub tests
@@ -57,6 +58,9 @@ SUITES = (
     "keras/src/initializers",
     "keras/src/saving",
     "keras/src/layers/core",
+    # How Orbax checkpoints load (`saving_api.py`): the callback's tests
+    # write and load them.
+    "keras/src/callbacks/orbax_checkpoint_test.py",
 )
 # Run again with Flax NNX variables, with the series' own test files: the
 # suites of the variables and their initializers.
@@ -73,6 +77,7 @@ BACKEND_SUITES = (
     "keras/src/metrics",
     "keras/src/random",
     "keras/src/saving",
+    "keras/src/callbacks/orbax_checkpoint_test.py",
 )
 PROJECT_TESTS = ("tools/tests", "benchmarks/tests", "integration_tests")
 # Test files beside a changed file that never reach the change: GPTQ and
@@ -149,6 +154,20 @@ def patched_test_files(tree, patches_dir=PATCHES):
     return sorted(files)
 
 
+def series_tests(tree, tree_kind):
+    """The test classes and functions of the series' test files that the
+    series adds or changes (on the base tree, which lacks them: the whole
+    files)."""
+    files = patched_test_files(tree)
+    if tree_kind != "fork":
+        return files
+    return [
+        test
+        for path in files
+        for test in check_series.changed_tests(tree, path, base="upstream")
+    ]
+
+
 def multi_device_test_files(tree):
     """The test files of `tree` that mention the `multi_device` marker: the
     only ones `pytest keras -m multi_device` runs tests from. Naming them
@@ -220,10 +239,14 @@ def stages(tree, tree_kind):
                 for p in (Path(tree) / folder).glob("*_test.py")
                 if str(p.relative_to(tree)) not in UNREACHED_TESTS
             )
-    nnx_files = [
-        f
-        for f in patched_test_files(tree)
-        if not any(f.startswith(f"{s}/") for s in NNX_SUITES)
+    # Upstream's own tests in the series' test files already run on 8
+    # devices in the touched suites; on 1 device and with NNX, the tests
+    # the series adds or changes.
+    own_tests = series_tests(tree, tree_kind)
+    nnx_tests = [
+        t
+        for t in own_tests
+        if not any(t.startswith(f"{s}/") for s in NNX_SUITES)
     ]
     result = [
         # As upstream CI runs it: `JAX_NUM_CPU_DEVICES=4 pytest keras -m
@@ -237,18 +260,18 @@ def stages(tree, tree_kind):
         # As upstream CI runs the unit suite: one device, so the
         # multi-device tests skip.
         (
-            "the series' test files on 1 device",
+            "the series' tests on 1 device",
             "jax-1",
             tree,
-            ["-n", "2", *patched_test_files(tree)],
+            ["-n", "2", *own_tests],
         ),
         # Multi-device tests included: the series' tests on 8 devices.
         ("touched suites", "jax", tree, ["-n", "2", *suites]),
         (
-            "NNX: variables, initializers and the series' test files",
+            "NNX: variables, initializers and the series' tests",
             "jax-nnx",
             tree,
-            ["-n", "2", *NNX_SUITES, *nnx_files],
+            ["-n", "2", *NNX_SUITES, *nnx_tests],
         ),
     ]
     for backend in OTHER_BACKENDS:
