@@ -82,7 +82,7 @@ demo: tree ## Build a sharded model on 8 CPU devices and show its layout
 	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=8 \
 		PYTHONPATH=build/keras $(PY) -m tools.demo
 
-plan: tree ## Per-device memory plan of Llama-3-8B and Gemma-7B on 8 devices
+plan: tree ## Per-device memory plan of Llama-3-8B/70B, Gemma-7B on 8 devices
 	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=8 \
 		PYTHONPATH=build/keras $(PY) -m tools.plan
 

@@ -24,6 +24,14 @@ LLAMA_8B = dict(
     rope_max_wavelength=500000,
     layer_norm_epsilon=1e-5,
 )
+# Llama-3-70B: `llama3_8b_en`'s vocabulary and rope, 70.6 B parameters.
+LLAMA_70B = dict(
+    LLAMA_8B,
+    num_layers=80,
+    num_query_heads=64,
+    hidden_dim=8192,
+    intermediate_dim=28672,
+)
 # `gemma_7b_en`.
 GEMMA_7B = dict(
     vocabulary_size=256000,
