@@ -167,19 +167,30 @@ def test_check_series_runs_the_test_classes_a_patch_changes(tmp_path):
         "def helper():\n    return 1\n\n\n"
         "class FirstTest:\n    def test_a(self):\n        pass\n\n\n"
         "class SecondTest:\n    def test_b(self):\n        pass\n\n\n"
+        "class ThirdTests:\n    def test_d(self):\n        pass\n\n\n"
         "@pytest.mark.parametrize('x', [1])\n"
         "def test_c(x):\n    pass\n"
     )
+    commit_change(repo, "other.txt", "Before the tests.\n")
     commit_change(repo, "a_test.py", text)
     commit_change(
         repo,
         "a_test.py",
         text.replace("test_b(self):\n        pass", "test_b(self):\n        1")
+        .replace("test_d(self):\n        pass", "test_d(self):\n        2")
         .replace("[1]", "[1, 2]")
         .replace("return 1", "return 2"),
     )
     assert check_series.changed_tests(repo, "a_test.py") == [
         "a_test.py::SecondTest",
+        "a_test.py::ThirdTests",
+        "a_test.py::test_c",
+    ]
+    # From a base further back: every test class of the file.
+    assert check_series.changed_tests(repo, "a_test.py", base="HEAD~2") == [
+        "a_test.py::FirstTest",
+        "a_test.py::SecondTest",
+        "a_test.py::ThirdTests",
         "a_test.py::test_c",
     ]
 
@@ -261,9 +272,10 @@ def test_stages_cover_upstream_ci_configurations():
     assert envs["jax-nnx"]["KERAS_NNX_ENABLED"] == "true"
     assert envs["jax-16"]["XLA_FLAGS"].endswith("device_count=16")
     assert envs["jax-1"]["XLA_FLAGS"].endswith("device_count=1")
-    # Upstream CI's multi-device tier.
+    # Upstream CI's multi-device tier, from the files that mention the
+    # marker (none in this tree).
     tier = [args for _, _, config, args, _ in _stages() if config == "jax-4"]
-    assert tier == [["-n", "2", "keras", "-m", "multi_device"]]
+    assert tier == [["-n", "2", "-m", "multi_device"]]
     for config, env in envs.items():
         assert env["KERAS_BACKEND"] == config.partition("-")[0]
 
@@ -335,3 +347,14 @@ def test_next_status_line_names_patches_and_files():
         "keras-nightly 3.16.0.dev1: 0001 clean; 0002 conflict (keras/x.py, "
         "keras/y.py); 0003 not checked. patches-next/ has 2 of 3."
     )
+
+
+def test_multi_device_tier_collects_the_files_that_mention_it(tmp_path):
+    (tmp_path / "keras" / "src").mkdir(parents=True)
+    (tmp_path / "keras" / "src" / "a_test.py").write_text(
+        "@pytest.mark.multi_device\ndef test_a(): pass\n"
+    )
+    (tmp_path / "keras" / "src" / "b_test.py").write_text(
+        "def test_b(): pass\n"
+    )
+    assert suite.multi_device_test_files(tmp_path) == ["keras/src/a_test.py"]
