@@ -245,14 +245,23 @@ def test_plan_equals_bytes_placed_by_load_and_optimizer(name, tmp_path):
     assert plan.optimizer_bytes == device_bytes(new_arrays(before))
 
 
-@pytest.mark.parametrize("name", ["Llama-3-8B", "Gemma-7B"])
-def test_full_size_plan_places_nothing(name):
-    """The real configurations, 8.0 and 8.5 billion parameters, are planned
-    with Adam from a backbone built without values: no device array is
-    created, and each device's figure is the sum of its shards."""
+@pytest.mark.parametrize(
+    "name, dtype",
+    [
+        ("Llama-3-8B", "bfloat16"),
+        ("Gemma-7B", "bfloat16"),
+        ("Llama-3-70B", "int8"),
+    ],
+)
+def test_full_size_plan_places_nothing(name, dtype):
+    """The real configurations, 8.0, 8.5 and 70.6 billion parameters, are
+    planned with Adam from a backbone built without values: no device array
+    is created, and each device's figure is the sum of its shards (int8
+    variables are not trained)."""
     from tools.plan import MODELS as FULL_SIZE
+    from tools.plan import int8_policy
 
-    backbone_class, config = FULL_SIZE[name]
+    backbone_class, config, _ = FULL_SIZE[name]
     mesh = keras.distribution.DeviceMesh(
         (1, jax.device_count()),
         ("batch", "model"),
@@ -266,19 +275,23 @@ def test_full_size_plan_places_nothing(name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with distribution.scope(), keras.utils.defer_initialization():
-            backbone = backbone_class(dtype="bfloat16", **config)
+            policy = int8_policy() if dtype == "int8" else dtype
+            backbone = backbone_class(dtype=policy, **config)
             before = jax.live_arrays()
             plan = keras.distribution.plan_memory(backbone, optimizer="adam")
             assert new_arrays(before) == []
     assert backbone.count_params() > 8e9
     axis_sizes = dict(zip(mesh.axis_names, mesh.shape))
-    expected = 0
+    expected = trained = 0
     for variable in backbone.weights:
         shards = math.prod(
             axis_sizes[a] for a in variable._layout.axes if a is not None
         )
-        expected += 2 * math.prod(variable.shape) // shards
+        size = math.prod(variable.shape) // shards
+        expected += size * jax.numpy.dtype(variable.dtype).itemsize
+        if variable.trainable:
+            trained += size * jax.numpy.dtype(variable.dtype).itemsize
     devices = keras.distribution.list_devices()
     assert plan.variable_bytes == dict.fromkeys(devices, expected)
-    # Adam's two moments, in the dtype and layout of each variable.
-    assert plan.optimizer_bytes == dict.fromkeys(devices, 2 * expected)
+    # Adam's two moments, in the dtype and layout of each trained variable.
+    assert plan.optimizer_bytes == dict.fromkeys(devices, 2 * trained)
