@@ -99,18 +99,20 @@ def check_patch(tree, name, run_tests=True):
     files = touched_files(tree)
     results = []
     ok = True
-    imported = run(
-        [python, "-c", "import keras"],
-        cwd=tree,
-        env=TEST_ENV,
-        check=False,
-        capture=True,
-    )
-    if imported.returncode != 0:
-        return False, f"import keras FAILED\n{imported.stdout}"
-    results.append("import ok")
     test_files = [f for f in files if f.endswith("_test.py")]
     tests = [t for f in test_files for t in changed_tests(tree, f)]
+    if not tests or not run_tests:
+        # Otherwise the tests import keras: a failed import fails them.
+        imported = run(
+            [python, "-c", "import keras"],
+            cwd=tree,
+            env=TEST_ENV,
+            check=False,
+            capture=True,
+        )
+        if imported.returncode != 0:
+            return False, f"import keras FAILED\n{imported.stdout}"
+        results.append("import ok")
     if test_files and not run_tests:
         results.append(f"{len(test_files)} test files left to the suites")
     elif tests:
@@ -134,7 +136,9 @@ def check_patch(tree, name, run_tests=True):
             capture=True,
         )
         if tested.returncode == 0:
-            results.append(f"the {len(tests)} test classes it changes pass")
+            results.append(
+                f"imports, the {len(tests)} test classes it changes pass"
+            )
         else:
             ok = False
             tail = "\n".join(tested.stdout.splitlines()[-15:])
