@@ -23,6 +23,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -276,6 +277,7 @@ LLAMA_3B = dict(configs.LLAMA_3B, dtype="bfloat16")
 # family: (backbone arguments, preset kind)
 KERAS_HUB = {
     "llama_preset": (LLAMA_8B_NARROW, "keras"),
+    "llama_bf16": (dict(LLAMA_8B_NARROW, dtype="bfloat16"), "keras"),
     "llama_hf": (LLAMA_8B_NARROW, "hf"),
     "llama_3b": (LLAMA_3B, "keras"),
 }
@@ -316,6 +318,33 @@ def _from_preset(args, state):
         kwargs["tie_word_embeddings"] = True
     with defer():
         state["model"] = keras_hub.models.Backbone.from_preset(path, **kwargs)
+
+
+def _int8_from_preset(args, state):
+    """A bfloat16 keras-hub preset as an int8 model. The fork builds it in
+    `defer_initialization()` and quantizes it there, so that each layer is
+    quantized as its weights load; upstream, which has no such scope, and
+    `load_then_quantize_*` load the preset, then quantize."""
+    import keras_hub
+
+    path = Path(args.data) / args.family
+    defer = getattr(keras.utils, "defer_initialization", None)
+    with warnings.catch_warnings():
+        # Layers without `quantize()` (norms, keras-hub's embedding) warn.
+        warnings.simplefilter("ignore")
+        if args.scenario.startswith("quantized_load") and defer:
+            with defer():
+                model = keras_hub.models.Backbone.from_preset(
+                    str(path), load_weights=False, dtype="bfloat16"
+                )
+                model.quantize("int8")
+            model.load_weights(path / "model.weights.h5")
+        else:
+            model = keras_hub.models.Backbone.from_preset(
+                str(path), dtype="bfloat16"
+            )
+            model.quantize("int8")
+    state["model"] = model
 
 
 BUILDERS = {
@@ -713,6 +742,18 @@ SCENARIOS = {
         "embedding_orbax_model",
     ),
     "quantize_int8_dense": ("quantize", _build, _quantize_int8, None),
+    "load_then_quantize_llama": (
+        "llama_bf16",
+        None,
+        _int8_from_preset,
+        "llama_bf16",
+    ),
+    "quantized_load_llama": (
+        "llama_bf16",
+        None,
+        _int8_from_preset,
+        "llama_bf16",
+    ),
     "read_new_memory_embedding": (
         "embedding",
         _build,
