@@ -76,6 +76,7 @@ SCENARIOS = (
     "orbax_load_model_embedding",
     "deferred_orbax_load_model_embedding",
     "quantize_int8_dense",
+    "quantize_int4_dense",
     "load_then_quantize_llama",
     "quantized_load_llama",
     "read_new_memory_embedding",
