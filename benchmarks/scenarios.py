@@ -338,7 +338,7 @@ def _int8_from_preset(args, state):
     path = Path(args.data) / args.family
     defer = getattr(keras.utils, "defer_initialization", None)
     with warnings.catch_warnings():
-        # Layers without `quantize()` (norms, keras-hub's embedding) warn.
+        # Layers without `quantize()` (norms, dropout) warn.
         warnings.simplefilter("ignore")
         if args.scenario.startswith("quantized_load") and defer:
             with defer():

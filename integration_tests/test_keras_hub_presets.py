@@ -274,16 +274,11 @@ def test_hugging_face_preset(family, tmp_path):
 PEAK_OVER_INT8_SHARDS = 1.3
 
 
-def quantized(load):
-    """`load()`'s backbone, quantized to int8, where `quantize()` warns for
-    the layers that have none."""
-
-    def load_and_quantize():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return load()
-
-    return load_and_quantize
+def quantize_int8(backbone):
+    with warnings.catch_warnings():
+        # Layers without `quantize()` (norms, dropout) warn.
+        warnings.simplefilter("ignore")
+        backbone.quantize("int8")
 
 
 @pytest.mark.parametrize("kind", ["keras", "hf"])
@@ -310,19 +305,15 @@ def test_bfloat16_preset_loads_quantized_to_int8(kind, tmp_path):
 
     # Load, then quantize: the float model is whole on the devices first.
     with model_parallel(family).scope():
-        reference = quantized(load_float)()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            reference.quantize("int8")
+        reference = load_float()
+        quantize_int8(reference)
     expected = values(reference)
     expected_outputs = reference.predict(token_ids(), verbose=0)
     del reference
 
     def quantize_while_loading():
         backbone = load_float(load_weights=False)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            backbone.quantize("int8")
+        quantize_int8(backbone)
         if kind == "keras":
             backbone.load_weights(tmp_path / "model.weights.h5")
         else:
