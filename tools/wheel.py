@@ -45,13 +45,20 @@ def build(tree=TREE, dist=DIST, next_base=False):
     else:
         names = materialize(tree)
         pin = read_pin()
-    version = local_version(len(names), pin)
-    # The wheel's name: the project's name, normalized.
-    project = pin["name"].replace("-", "_")
     dist = Path(dist)
     dist.mkdir(exist_ok=True)
-    for old in dist.glob(f"{project}-*.whl"):
+    # The wheel's name: the project's name, normalized.
+    for old in dist.glob(f"{pin['name'].replace('-', '_')}-*.whl"):
         old.unlink()
+    return build_from_tree(tree, len(names), pin, dist)
+
+
+def build_from_tree(tree, num_patches, pin, dist):
+    """Builds the wheel of `tree`'s HEAD, the base plus `num_patches`
+    patches, into the folder `dist`; returns its path."""
+    version = local_version(num_patches, pin)
+    project = pin["name"].replace("-", "_")
+    dist = Path(dist)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "keras-src"
         src.mkdir()
