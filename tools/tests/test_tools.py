@@ -295,18 +295,14 @@ def test_patched_folders(tmp_path):
     ]
 
 
-def test_wheel_installs_in_a_fresh_venv(tmp_path):
-    from tools import wheel
-
-    built = wheel.build(dist=tmp_path)
-    assert "+shardwise." in built.name
-    assert wheel.verify(built) == built.name.split("-")[1]
-
-
-def test_readme_lists_every_make_target():
+def test_docs_describe_every_make_target():
+    # The wheel itself is built and installed in a fresh venv by
+    # integration_tests/test_install.py.
     root = Path(__file__).resolve().parents[2]
     makefile = (root / "Makefile").read_text()
-    readme = (root / "README.md").read_text()
+    readme = "".join(
+        p.read_text() for p in [root / "README.md", *root.glob("docs/*.md")]
+    )
     targets = [
         line.split(":")[0]
         for line in makefile.splitlines()
