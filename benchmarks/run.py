@@ -3,7 +3,8 @@ by side, and prints one table (`make bench`).
 
 Each build gets its own venv under `build/bench/`, made from the pinned
 requirements: `keras==3.15.1` from PyPI for upstream, the fork's wheel
-(`make wheel`) for the fork. Every run of a scenario is a fresh process on
+(`tools.wheel`, into `build/bench/dist/`) for the fork, in a copy of
+upstream's venv. Every run of a scenario is a fresh process on
 8 virtual CPU devices. Per scenario, each build first makes a memory run
 (sampler, hooks, jit recorder); the `--repeats` timed runs after them run
 bare, the two builds alternating (fork first on the first repeat), and wall
@@ -17,17 +18,24 @@ time to read the checkpoint's bytes once, plainly, measured here;
 alone, in separate processes.
 
 Usage: python -m benchmarks.run [--size MIB] [--blocks N] [--repeats N]
-                                [--scenarios a,b,...]
+                                [--scenarios a,b,...|all]
+
+Without `--scenarios`, the headline scenarios (`DEFAULT_SCENARIOS`) at
+`--size` 250; `--scenarios all`: every scenario, at 1000 unless `--size`
+says otherwise. A line per scenario, as it ends, gives the time so far and
+an estimate of the time left.
 """
 
 import argparse
 import hashlib
 import json
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 from benchmarks.reads import read_into
@@ -82,6 +90,64 @@ SCENARIOS = (
     "read_new_memory_embedding",
     "replace_value_embedding",
 )
+# `make bench`: one or two scenarios per claim of the README, at a size
+# that keeps their ratios (see "Default run" in benchmarks/README.md).
+DEFAULT_SCENARIOS = (
+    "load_h5_embedding",
+    "load_model_embedding",
+    "set_weights_embedding",
+    "save_model_embedding",
+    "build_kernels",
+    "deferred_build_then_load_decoder",
+    "deferred_keras_hub_preset_llama",
+    "quantize_int8_dense",
+)
+DEFAULT_SIZE = 250
+ALL_SIZE = 1000
+# Seconds per scenario on the 2-core machine with `--repeats 1` (both
+# builds' runs), at `DEFAULT_SIZE` for `DEFAULT_SCENARIOS` and at
+# `ALL_SIZE` for the others (benchmarks/README.md): their proportions give
+# the estimate of the time left (`time_left`).
+ESTIMATES = {
+    "build_embedding": 71,
+    "build_kernels": 25,
+    "build_decoder": 63,
+    "build_blocks": 100,
+    "build_blocks_unsharded": 75,
+    "load_h5_embedding": 24,
+    "load_h5_embedding_rows": 56,
+    "load_h5_decoder": 133,
+    "load_sharded_h5_embedding": 66,
+    "load_sharded_h5_decoder": 112,
+    "load_keras_weights_embedding": 75,
+    "load_model_embedding": 39,
+    "load_lora_dense": 144,
+    "save_h5_embedding": 65,
+    "save_sharded_h5_embedding": 55,
+    "save_model_embedding": 25,
+    "save_lora_dense": 93,
+    "set_weights_embedding": 26,
+    "assign_embedding": 46,
+    "build_then_load_decoder": 124,
+    "deferred_build_then_load_decoder": 106,
+    "build_then_load_qwen": 38,
+    "deferred_build_then_load_qwen": 18,
+    "keras_hub_preset_llama": 127,
+    "deferred_keras_hub_preset_llama": 97,
+    "keras_hub_hf_llama": 136,
+    "deferred_keras_hub_hf_llama": 90,
+    "orbax_load_embedding": 83,
+    "orbax_build_then_load_embedding": 88,
+    "deferred_orbax_build_then_load_embedding": 60,
+    "orbax_load_model_embedding": 79,
+    "deferred_orbax_load_model_embedding": 60,
+    "quantize_int8_dense": 34,
+    "quantize_int4_dense": 67,
+    "load_then_quantize_llama": 271,
+    "quantized_load_llama": 213,
+    "read_new_memory_embedding": 42,
+    "replace_value_embedding": 36,
+}
 # Run only when named in `--scenarios`: a full-size model.
 OPT_IN_SCENARIOS = ("deferred_keras_hub_llama3_2_3b",)
 MIB = 2**20
@@ -96,19 +162,32 @@ CONFIG_SCENARIOS = ("load_model_embedding",)
 FLOOR_READS = 3
 
 
+def wheel_digest(path):
+    """A digest of the wheel's members, not of its bytes: a wheel built
+    again from the same tree differs only in its timestamps."""
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(path) as archive:
+        for name in sorted(archive.namelist()):
+            digest.update(name.encode() + archive.read(name))
+    return digest.hexdigest()
+
+
 def make_venv(build, base="3.15.1"):
     """Creates (once) the venv of `build` on `base` (3.15.1, or `next`: the
     keras-nightly of `NEXT` and the series rebased onto it); returns its
-    python."""
+    python. The fork's venv is a copy of upstream's, made first, with the
+    fork's wheel in place of upstream's Keras: the same pins, installed
+    once."""
     next_base = base == "next"
     venv = BENCH / (f"venv-next-{build}" if next_base else f"venv-{build}")
     python = venv / "bin" / "python"
     requirements = [ROOT / "requirements.txt", HERE / "requirements.txt"]
     pin = read_pin(ROOT / "NEXT") if next_base else read_pin()
+    BENCH.mkdir(parents=True, exist_ok=True)
     if build == "fork":
         from tools import wheel
 
-        keras = wheel.build(next_base=next_base)
+        keras = wheel.build(dist=BENCH / "dist", next_base=next_base)
     else:
         keras = f"{pin['name']}=={pin['version']}"
     packages = [keras]
@@ -117,22 +196,33 @@ def make_venv(build, base="3.15.1"):
         # `NEXT` replaces it.
         lines = (HERE / "requirements.txt").read_text().splitlines(True)
         requirement = BENCH / "requirements-next.txt"
-        BENCH.mkdir(parents=True, exist_ok=True)
         requirement.write_text(
             "".join(x for x in lines if not x.startswith("keras-hub"))
         )
         requirements[1] = requirement
         packages.append(pin["keras_hub"])
-    stamp_text = "".join(p.read_text() for p in requirements) + str(packages)
+    pins = "".join(p.read_text() for p in requirements)
+    stamp_text = pins + str(packages)
     if build == "fork":
-        stamp_text += hashlib.sha256(Path(keras).read_bytes()).hexdigest()
+        stamp_text += wheel_digest(keras)
     stamp = venv / "stamp"
     if stamp.exists() and stamp.read_text() == stamp_text:
         return python
-    run([sys.executable, "-m", "venv", "--clear", venv], capture=True)
+    shutil.rmtree(venv, ignore_errors=True)
+    upstream = venv.with_name(venv.name.replace("fork", "upstream"))
+    upstream_stamp = upstream / "stamp"
     args = [python, "-m", "pip", "install", "-q", "--no-deps"]
-    for requirement in requirements:
-        args += ["-r", requirement]
+    if (
+        build == "fork"
+        and upstream_stamp.exists()
+        and upstream_stamp.read_text().startswith(pins + "[")
+    ):
+        shutil.copytree(upstream, venv, symlinks=True)
+        (venv / "stamp").unlink()
+    else:
+        run([sys.executable, "-m", "venv", venv], capture=True)
+        for requirement in requirements:
+            args += ["-r", requirement]
     run([*args, *packages], capture=True)
     stamp.write_text(stamp_text)
     return python
@@ -439,12 +529,77 @@ def summary_panel(axis, results, key, title):
     axis.legend(fontsize=8)
 
 
+def select(text):
+    """The scenarios that `--scenarios` names: a list separated by commas,
+    `all`, or nothing for `DEFAULT_SCENARIOS`."""
+    if not text:
+        return list(DEFAULT_SCENARIOS)
+    if text == "all":
+        return list(SCENARIOS)
+    names = [s for s in text.split(",") if s]
+    unknown = sorted(set(names) - set(SCENARIOS) - set(OPT_IN_SCENARIOS))
+    if unknown:
+        raise ToolError(
+            f"unknown scenarios {unknown}; known: "
+            f"{SCENARIOS + OPT_IN_SCENARIOS}, or all"
+        )
+    return names
+
+
+def duration(seconds):
+    """`seconds` as "42 s" or "3 min 05 s"."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    return f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+def time_left(done, todo):
+    """An estimate of the seconds that the scenarios `todo` will take, from
+    the seconds that the finished ones took (`done`, {scenario: seconds}):
+    the figures of `ESTIMATES`, scaled by how the finished scenarios
+    compared with theirs (a scenario without an estimate counts as their
+    mean)."""
+    mean = statistics.mean(ESTIMATES.values())
+    done_estimate = sum(ESTIMATES.get(s, mean) for s in done)
+    todo_estimate = sum(ESTIMATES.get(s, mean) for s in todo)
+    return sum(done.values()) * todo_estimate / done_estimate
+
+
+def progress(done, todo, elapsed):
+    """The line printed as a scenario ends: its index, name and time, the
+    time since the run began (`elapsed`) and an estimate of what is left;
+    `done`: {scenario: seconds}, the last one just ended."""
+    name, seconds = list(done.items())[-1]
+    total = len(done) + len(todo)
+    return (
+        f"[{len(done)}/{total}] {name}: {duration(seconds)}; "
+        f"{duration(elapsed)} so far, about "
+        f"{duration(time_left(done, todo))} left"
+    )
+
+
+def lap(laps, name, start):
+    """Records in `laps`, as `name`, the seconds since `start` that it does
+    not hold yet."""
+    laps[name] = time.perf_counter() - start - sum(laps.values())
+
+
 def main():
+    start = time.perf_counter()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=1000)
+    parser.add_argument(
+        "--size",
+        type=int,
+        help=f"MiB of the embedding: {DEFAULT_SIZE}, or {ALL_SIZE} with "
+        "--scenarios all",
+    )
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument(
+        "--scenarios",
+        help="a,b,...; all: every scenario; default: the headline ones",
+    )
     parser.add_argument(
         "--base",
         choices=("3.15.1", "next"),
@@ -452,16 +607,15 @@ def main():
         help="next: keras-nightly (NEXT) against the series rebased onto it",
     )
     args = parser.parse_args()
-    scenarios = [s for s in args.scenarios.split(",") if s]
-    unknown = sorted(set(scenarios) - set(SCENARIOS) - set(OPT_IN_SCENARIOS))
-    if unknown:
-        raise ToolError(
-            f"unknown scenarios {unknown}; known: "
-            f"{SCENARIOS + OPT_IN_SCENARIOS}"
-        )
-    pythons = {build: make_venv(build, args.base) for build in BUILDS}
+    scenarios = select(args.scenarios)
+    if args.size is None:
+        args.size = ALL_SIZE if args.scenarios == "all" else DEFAULT_SIZE
+    setup = {}
+    pythons = {}
+    for build in BUILDS:
+        pythons[build] = make_venv(build, args.base)
+        lap(setup, f"{build} venv", start)
     # Writes the checkpoints the scenarios read, those not written yet.
-    print(f"checkpoints in {data_dir(args)}", flush=True)
     run(
         [
             *scenarios_command(pythons["upstream"], "prepare", args),
@@ -470,11 +624,21 @@ def main():
         ],
         capture=True,
     )
+    lap(setup, "checkpoints", start)
     reads = scenario_reads(pythons["upstream"], scenarios, args)
     floors = measure_floors(reads, data_dir(args))
+    lap(setup, "floors", start)
+    print(
+        "setup: "
+        + ", ".join(f"{k} {duration(v)}" for k, v in setup.items())
+        + f"; checkpoints in {data_dir(args)}; "
+        f"{len(scenarios)} scenarios, embedding {args.size} MiB",
+        flush=True,
+    )
     available = available_bytes()
-    raw, results = {}, {}
+    raw, results, done = {}, {}, {}
     for scenario in scenarios:
+        scenario_start = time.perf_counter()
         runs = {b: {"memory": None, "time": [], "config": []} for b in BUILDS}
         for build in BUILDS:
             runs[build]["memory"] = run_scenario(
@@ -501,7 +665,11 @@ def main():
         raw[scenario] = runs
         floor_s = floor["seconds"] if floor else None
         results[scenario] = {b: summarize(runs[b], floor_s) for b in BUILDS}
-        print(f"done: {scenario}", flush=True)
+        done[scenario] = time.perf_counter() - scenario_start
+        runs["seconds"] = done[scenario]
+        todo = scenarios[len(done) :]
+        elapsed = time.perf_counter() - start
+        print(progress(done, todo, elapsed), flush=True)
     RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / f"bench-size{args.size}-blocks{args.blocks}"
     if args.base == "next":
@@ -513,6 +681,7 @@ def main():
         "settings": vars(args),
         "keras_versions": versions,
         "floors": floors,
+        "setup_seconds": setup,
         "results": results,
         "raw": raw,
     }
@@ -525,7 +694,10 @@ def main():
     )
     print(floor_table(floors) + "\n")
     print(table(results))
-    print(f"\nwrote {stem}.json and {stem}.png")
+    print(
+        f"\nwrote {stem}.json and {stem}.png; "
+        f"{duration(time.perf_counter() - start)} in all"
+    )
 
 
 if __name__ == "__main__":

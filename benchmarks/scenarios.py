@@ -367,62 +367,6 @@ BUILDERS = {
 }
 
 
-def prepare(args):
-    """Writes the checkpoints of the families of `args.scenarios` that are
-    not written yet."""
-    data = Path(args.data)
-    data.mkdir(parents=True, exist_ok=True)
-    families = {SCENARIOS[name][0] for name in args.scenarios.split(",")}
-    for family in sorted(families & set(KERAS_HUB)):
-        done = data / f"{family}.complete"
-        if not done.exists():
-            keras.utils.set_random_seed(0)
-            write_keras_hub_preset(family, data / family)
-            done.write_text("")
-    # Added after the others: its own marker, so that a data directory
-    # written before it gets it without being written again.
-    done = data / "lora_dense.complete"
-    if "lora_dense" in families and not done.exists():
-        keras.utils.set_random_seed(0)
-        # Saved without LoRA: the scenario enables it after building.
-        lora_dense_model(args).save_weights(data / "lora_dense.weights.h5")
-        keras.backend.clear_session()
-        done.write_text("")
-    families -= set(KERAS_HUB) | {"lora_dense"}
-    if (data / "complete").exists() or not families:
-        return
-    keras.utils.set_random_seed(0)
-    for family in ("embedding", "decoder", "qwen"):
-        model = BUILDERS[family](args)
-        model.save_weights(data / f"{family}.weights.h5")
-        sharded = data / f"{family}_sharded.weights.json"
-        sizes = [w.numpy().nbytes / 1e9 for w in model.weights]
-        # About four shard files; a variable is never split across files.
-        model.save_weights(
-            sharded, max_shard_size=max(sum(sizes) / 4, max(sizes)) * 1.01
-        )
-        if family == "embedding":
-            model.save(data / "embedding.keras")
-            save_orbax(model, data / "embedding_orbax")
-            # `load_model()` of an Orbax checkpoint matches variables by
-            # path, and a `Sequential` rebuilt from its config names them
-            # without its own name (3.15.1): the archive holds the same
-            # embeddings in a functional model.
-            inputs = keras.Input((SEQUENCE,), dtype="int32")
-            layer = keras.layers.Embedding(
-                *model.weights[0].shape, name="embedding"
-            )
-            functional = keras.Model(inputs, layer(inputs))
-            layer.set_weights(model.get_weights())
-            save_orbax(
-                functional, data / "embedding_orbax_model", weights_only=False
-            )
-            del functional, layer
-        del model
-        keras.backend.clear_session()
-    (data / "complete").write_text("")
-
-
 def save_orbax(model, path, weights_only=True):
     from keras.src.callbacks.orbax_checkpoint import OrbaxCheckpoint
 
@@ -438,6 +382,82 @@ def save_orbax(model, path, weights_only=True):
     # The callback saves from `fit`; call its save step directly (private).
     callback._save_checkpoint(0)
     callback.wait_until_finished()
+
+
+def _save_weights(model, path):
+    model.save_weights(path)
+
+
+def _save_sharded(model, path):
+    # About four shard files; a variable is never split across files.
+    sizes = [w.numpy().nbytes / 1e9 for w in model.weights]
+    model.save_weights(
+        path, max_shard_size=max(sum(sizes) / 4, max(sizes)) * 1.01
+    )
+
+
+def _save_model(model, path):
+    model.save(path)
+
+
+def _save_orbax_model(model, path):
+    # `load_model()` of an Orbax checkpoint matches variables by path, and
+    # a `Sequential` rebuilt from its config names them without its own
+    # name (3.15.1): the archive holds the same embeddings in a functional
+    # model.
+    inputs = keras.Input((SEQUENCE,), dtype="int32")
+    layer = keras.layers.Embedding(*model.weights[0].shape, name="embedding")
+    functional = keras.Model(inputs, layer(inputs))
+    layer.set_weights(model.get_weights())
+    save_orbax(functional, path, weights_only=False)
+
+
+# The checkpoints that `prepare` writes, besides the keras-hub presets
+# (named after their family): {name: (model family, writer)}, in the order
+# they are written (the Orbax writers compile the model).
+CHECKPOINTS = {
+    "embedding.weights.h5": ("embedding", _save_weights),
+    "embedding_sharded.weights.json": ("embedding", _save_sharded),
+    "embedding.keras": ("embedding", _save_model),
+    "embedding_orbax": ("embedding", save_orbax),
+    "embedding_orbax_model": ("embedding", _save_orbax_model),
+    "decoder.weights.h5": ("decoder", _save_weights),
+    "decoder_sharded.weights.json": ("decoder", _save_sharded),
+    "qwen.weights.h5": ("qwen", _save_weights),
+    "lora_dense.weights.h5": ("lora_dense", _save_weights),
+}
+
+
+def prepare(args):
+    """Writes the checkpoints that the scenarios `args.scenarios` read and
+    that are not written yet: each gets a `NAME.complete` marker once
+    written, so that a smaller selection writes less and a larger one only
+    adds what it lacks."""
+    data = Path(args.data)
+    data.mkdir(parents=True, exist_ok=True)
+    names = {SCENARIOS[name][3] for name in args.scenarios.split(",")}
+    todo = [
+        name
+        for name in (*CHECKPOINTS, *KERAS_HUB)
+        if name in names and not (data / f"{name}.complete").exists()
+    ]
+    families = {}
+    for name in todo:
+        family = CHECKPOINTS[name][0] if name in CHECKPOINTS else name
+        families.setdefault(family, []).append(name)
+    for family, family_names in families.items():
+        keras.utils.set_random_seed(0)
+        if family in KERAS_HUB:
+            write_keras_hub_preset(family, data / family)
+            (data / f"{family}.complete").write_text("")
+            continue
+        # Saved without LoRA (`lora_dense`): the scenario enables it.
+        model = BUILDERS[family](args)
+        for name in family_names:
+            CHECKPOINTS[name][1](model, data / name)
+            (data / f"{name}.complete").write_text("")
+        del model
+        keras.backend.clear_session()
 
 
 # Each scenario: (model family, what runs before the measured section,

@@ -1,7 +1,10 @@
 """Tests of the runner's floor, figures, table and chart."""
 
 import json
+import os
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -154,3 +157,92 @@ def test_chart_writes_a_png(tmp_path):
     }
     run.chart(results, tmp_path / "chart.png")
     assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_select_default_all_or_a_list():
+    assert run.select(None) == list(run.DEFAULT_SCENARIOS)
+    assert run.select("all") == list(run.SCENARIOS)
+    assert run.select("build_kernels,") == ["build_kernels"]
+    # Opt-in scenarios run only when named.
+    assert not set(run.OPT_IN_SCENARIOS) & set(run.select("all"))
+    assert run.select(run.OPT_IN_SCENARIOS[0]) == [run.OPT_IN_SCENARIOS[0]]
+    try:
+        run.select("build_kernels,no_such_scenario")
+    except run.ToolError as e:
+        assert "no_such_scenario" in str(e)
+    else:
+        raise AssertionError("an unknown scenario must raise")
+
+
+def test_default_scenarios_and_estimates_cover_the_scenarios():
+    assert set(run.DEFAULT_SCENARIOS) <= set(run.SCENARIOS)
+    assert set(run.ESTIMATES) == set(run.SCENARIOS)
+
+
+def test_progress_line_and_time_left(monkeypatch):
+    assert run.duration(42.4) == "42 s"
+    assert run.duration(185) == "3 min 05 s"
+    monkeypatch.setattr(run, "ESTIMATES", {"a": 10, "b": 30, "c": 20})
+    # The finished scenarios took twice their estimates: so will the rest;
+    # a scenario without an estimate counts as their mean (20).
+    assert run.time_left({"a": 20}, ["b", "c"]) == 100
+    assert run.time_left({"a": 20, "b": 60}, ["c", "new"]) == 80
+    assert run.time_left({"a": 20}, []) == 0
+    line = run.progress({"a": 20, "b": 61}, ["c"], elapsed=200)
+    assert line == "[2/3] b: 1 min 01 s; 3 min 20 s so far, about 40 s left"
+
+
+def test_runner_requirements_are_pinned_as_for_the_tests():
+    def pins(path):
+        lines = (run.ROOT / path).read_text().splitlines()
+        return dict(x.split("==") for x in lines if "==" in x)
+
+    runner = pins("benchmarks/requirements-runner.txt")
+    tested = pins("requirements-test.txt") | pins("requirements.txt")
+    assert runner and {k: tested.get(k) for k in runner} == runner
+
+
+def test_prepare_writes_only_the_checkpoints_the_scenarios_read(tmp_path):
+    # One already written: kept as it is.
+    (tmp_path / "embedding.keras").write_text("kept")
+    (tmp_path / "embedding.keras.complete").write_text("")
+    names = "load_h5_embedding,load_model_embedding,save_h5_embedding"
+    result = subprocess.run(
+        [
+            sys.executable,
+            run.HERE / "scenarios.py",
+            "prepare",
+            "--scenarios",
+            names,
+            "--data",
+            tmp_path,
+            "--size",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(run.BUILD / "keras")},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "embedding.keras",
+        "embedding.keras.complete",
+        "embedding.weights.h5",
+        "embedding.weights.h5.complete",
+    ]
+    assert (tmp_path / "embedding.keras").read_text() == "kept"
+    assert (tmp_path / "embedding.weights.h5").stat().st_size > 2**20
+
+
+def test_wheel_digest_ignores_timestamps_only(tmp_path):
+    def wheel(name, date_time, text):
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr(zipfile.ZipInfo("keras/a.py", date_time), text)
+        return path
+
+    digests = [
+        run.wheel_digest(wheel(f"{i}.whl", (2026, month, 1, 0, 0, 0), text))
+        for i, (month, text) in enumerate([(1, "x"), (2, "x"), (1, "y")])
+    ]
+    assert digests[0] == digests[1] != digests[2]
