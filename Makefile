@@ -4,7 +4,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TREE ?= fork
 CHUNK ?= 1/1
-SIZE ?= 1000
 MP_SIZE ?= 250
 BLOCKS ?= 8
 REPEATS ?= 1
@@ -59,7 +58,7 @@ compare-full: venv ## Diff the fork's full-suite failures against upstream's
 # given: the runner's default is 250, or 1000 with SCENARIOS=all.
 BENCH_VENV := build/bench/venv-runner
 BENCH_RUN = $(BENCH_VENV)/bin/python -m benchmarks.run --blocks $(BLOCKS) \
-	$(if $(filter file,$(origin SIZE)),,--size $(SIZE)) \
+	$(if $(SIZE),--size $(SIZE)) \
 	--repeats $(REPEATS) $(if $(BASE),--base $(BASE))
 
 $(BENCH_VENV)/.installed: benchmarks/requirements-runner.txt
