@@ -184,8 +184,9 @@ def test_memory_cleanup_runs_on_variables_without_values():
 # A `CausalLM` task preset.
 
 
-def sentencepiece_proto():
-    text = [
+def sentencepiece_proto(text=None, vocab_size=19):
+    """A word tokenizer trained on `text` (a list of sentences)."""
+    text = text or [
         "the quick brown fox jumps over the lazy dog",
         "keras hub loads sharded models shard by shard",
     ] * 20
@@ -193,7 +194,7 @@ def sentencepiece_proto():
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(text),
         model_writer=proto,
-        vocab_size=19,
+        vocab_size=vocab_size,
         model_type="word",
         pad_id=0,
         unk_id=1,

@@ -7,7 +7,6 @@ test no longer covers fails here instead of rotting.
 """
 
 import contextlib
-import io
 import os
 import re
 
@@ -20,9 +19,8 @@ from jax.sharding import PartitionSpec as P
 from tools.common import ROOT
 
 keras_hub = pytest.importorskip("keras_hub")
-from integration_tests.test_keras_hub_presets import FAMILIES  # noqa: E402
-
-sentencepiece = pytest.importorskip("sentencepiece")
+# Skips as well without safetensors or sentencepiece.
+presets = pytest.importorskip("integration_tests.test_keras_hub_presets")
 
 # (text in the README, text the test runs), per block in README order.
 REPLACEMENTS = [
@@ -48,34 +46,21 @@ def make_small(block, replacements):
     return block
 
 
-def sentencepiece_proto(vocabulary_size=32):
-    """A word tokenizer of `vocabulary_size` pieces, which 8 and 16 devices
-    divide, so that keras-hub's layout map shards the embeddings."""
-    words = " ".join(f"w{i}" for i in range(vocabulary_size))
-    proto = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter([words, "what is keras"] * 10),
-        model_writer=proto,
-        vocab_size=vocabulary_size,
-        model_type="word",
-        pad_id=0,
-        unk_id=1,
-        bos_id=2,
-        eos_id=3,
-        minloglevel=2,
-    )
-    return proto.getvalue()
-
-
 def save_preset(path):
     """A `LlamaCausalLM` task preset: Llama-3-8B's head counts, 2 layers of
     width 128, a SentencePiece tokenizer trained here."""
     keras.utils.set_random_seed(1)
-    tokenizer = keras_hub.models.LlamaTokenizer(proto=sentencepiece_proto())
+    # 32 pieces, which 8 and 16 devices divide, so that keras-hub's layout
+    # map shards the embeddings.
+    words = " ".join(f"w{i}" for i in range(32))
+    proto = presets.sentencepiece_proto(
+        [words, "what is keras"] * 10, vocab_size=32
+    )
+    tokenizer = keras_hub.models.LlamaTokenizer(proto=proto)
     backbone = keras_hub.models.LlamaBackbone(
         vocabulary_size=tokenizer.vocabulary_size(),
         num_layers=2,
-        **FAMILIES["llama"][1],
+        **presets.FAMILIES["llama"][1],
     )
     preprocessor = keras_hub.models.LlamaCausalLMPreprocessor(
         tokenizer, sequence_length=16
