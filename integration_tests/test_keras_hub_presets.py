@@ -186,10 +186,14 @@ def test_memory_cleanup_runs_on_variables_without_values():
 
 def sentencepiece_proto(text=None, vocab_size=19):
     """A word tokenizer trained on `text` (a list of sentences)."""
-    text = text or [
-        "the quick brown fox jumps over the lazy dog",
-        "keras hub loads sharded models shard by shard",
-    ] * 20
+    text = (
+        text
+        or [
+            "the quick brown fox jumps over the lazy dog",
+            "keras hub loads sharded models shard by shard",
+        ]
+        * 20
+    )
     proto = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(text),
