@@ -17,6 +17,7 @@ Usage: python -m tools.check_series
 import ast
 import re
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -204,6 +205,7 @@ def check(patches_dir=PATCHES, scratch=SCRATCH, test_last=True):
     build_base(scratch, upstream.fetch())
     all_ok = True
     for name in names:
+        start = time.monotonic()
         try:
             apply_series(scratch, patches_dir, [name])
         except ToolError as e:
@@ -213,7 +215,8 @@ def check(patches_dir=PATCHES, scratch=SCRATCH, test_last=True):
             scratch, name, run_tests=test_last or name != names[-1]
         )
         all_ok = all_ok and ok
-        print(f"{name}: applies, {summary}")
+        seconds = time.monotonic() - start
+        print(f"{name}: applies, {summary} ({seconds:.0f} s)", flush=True)
     return all_ok
 
 
