@@ -49,10 +49,12 @@ def on_device(x):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", type=int, nargs=2, default=(4096, 16384))
-    parser.add_argument("--sharded", choices=("rows", "columns"))
+    parser.add_argument(
+        "--sharded", choices=("rows", "columns"), default="columns"
+    )
     args = parser.parse_args()
     mesh = Mesh(np.array(jax.devices()).reshape(1, -1), ("batch", "model"))
-    spec = P(None, "model") if args.sharded == "columns" else P("model")
+    spec = P(None, "model") if args.sharded == "columns" else P("model", None)
     sharding = NamedSharding(mesh, spec)
     kernel = jax.jit(
         lambda key: jax.random.normal(key, args.shape, "float32"),
