@@ -16,6 +16,7 @@ import argparse
 import gc
 import os
 import warnings
+from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -63,7 +64,8 @@ def main():
     after = memory.device_bytes()
     busiest = max(before, key=lambda d: sampler.peak[d] / before[d])
     print(
-        f"keras {keras.__version__}, {args.layers} layers, "
+        f"keras {keras.__version__} from {Path(keras.__file__).parents[1]}, "
+        f"{args.layers} layers, "
         f"{args.mode}, {len(devices)} devices: busiest device "
         f"{before[busiest] / MIB:.1f} MiB float before, peak "
         f"{sampler.peak[busiest] / MIB:.1f} MiB "
