@@ -8,8 +8,10 @@ work, the test classes the patch adds or changes must pass on 8 devices
 (with the tree's own `pyproject.toml`) must pass on the Python files it
 touches, and `keras/api` must be what `tools/api_gen.py` generates from
 the tree (checked after the patches that change a `keras_export` call or
-`keras/api`, the only inputs of the generated API). Prints one line per
-patch.
+`keras/api`, the only inputs of the generated API). Then each fix-tier
+patch is checked the same way as a pull request taken alone: on the base
+with only the patches it needs (`FIX_TIER_NEEDS`), where that differs
+from the patches before it. Prints one line per patch and check.
 
 Usage: python -m tools.check_series
 """
@@ -31,10 +33,40 @@ from tools.common import git
 from tools.common import main_wrapper
 from tools.common import read_series
 from tools.common import run
+from tools.tree import BASE_TAG
 from tools.tree import apply_series
 from tools.tree import build_base
 
 SCRATCH = BUILD / "check-series"
+
+# What each fix-tier patch uses from earlier ones (docs/series.md,
+# "needs"): sent alone, a pull request goes onto the base with these.
+FIX_TIER_NEEDS = {
+    "0001": (),
+    "0002": ("0001",),
+    "0003": ("0002",),
+    "0004": (),
+    "0005": (),
+    "0006": (),
+    "0007": (),
+    "0008": ("0003",),
+    "0009": ("0002", "0006"),
+    "0010": (),
+}
+
+
+def needed(number, needs=None):
+    """The numbers of the patches `number` needs, directly or through
+    another, in series order."""
+    needs = FIX_TIER_NEEDS if needs is None else needs
+    found = set()
+    todo = list(needs[number])
+    while todo:
+        other = todo.pop()
+        if other not in found:
+            found.add(other)
+            todo.extend(needs[other])
+    return sorted(found)
 
 
 def series_problems(patches_dir=PATCHES):
@@ -217,6 +249,45 @@ def check(patches_dir=PATCHES, scratch=SCRATCH, test_last=True):
         all_ok = all_ok and ok
         seconds = time.monotonic() - start
         print(f"{name}: applies, {summary} ({seconds:.0f} s)", flush=True)
+    return check_alone(patches_dir, scratch) and all_ok
+
+
+def check_alone(patches_dir=PATCHES, scratch=SCRATCH):
+    """Checks each fix-tier patch on the base with only what it needs;
+    returns True when all pass. The tree of `check()` is reused, from its
+    base tag."""
+    names = read_series(patches_dir)
+    by_number = {name[:4]: name for name in names}
+    all_ok = True
+    for position, name in enumerate(names):
+        number = name[:4]
+        if number not in FIX_TIER_NEEDS:
+            continue
+        needs = needed(number)
+        if needs == [n[:4] for n in names[:position]]:
+            # Alone is the series up to here: checked above.
+            continue
+        start = time.monotonic()
+        git(scratch, "checkout", "-q", "--detach", BASE_TAG)
+        git(scratch, "clean", "-qfdx")
+        try:
+            apply_series(
+                scratch,
+                patches_dir,
+                [by_number[n] for n in needs] + [name],
+            )
+        except ToolError as e:
+            print(f"{name} alone: {e}")
+            all_ok = False
+            continue
+        ok, summary = check_patch(scratch, name)
+        all_ok = all_ok and ok
+        seconds = time.monotonic() - start
+        base = " + ".join(["base", *needs])
+        print(
+            f"{name} alone, on {base}: applies, {summary} ({seconds:.0f} s)",
+            flush=True,
+        )
     return all_ok
 
 
