@@ -35,7 +35,7 @@ tree: venv ## Materialize build/keras: the pinned sdist plus patches/series
 patches: venv ## Export upstream..HEAD of build/keras into patches/
 	$(PY) -m tools.export
 
-check-series: venv ## Check each patch applies, imports, passes, lints, API
+check-series: venv ## Each patch in turn, then each fix alone (base, master)
 	$(PY) -m tools.check_series
 
 api: venv ## Regenerate keras/api of build/keras from its `keras_export` calls
@@ -114,4 +114,4 @@ lint: venv ## ruff on the project's own code
 	$(PY) -m ruff format --check tools integration_tests benchmarks
 
 clean: ## Remove dist/ and scratch trees (keeps build/keras and its commits)
-	rm -rf dist build/check-series build/full build/keras-upstream
+	rm -rf dist build/check-series build/check-series-next build/full build/keras-upstream

@@ -225,8 +225,9 @@ def check_patch(tree, name, run_tests=True):
 
 def check(patches_dir=PATCHES, scratch=SCRATCH, test_last=True):
     """Runs every check; returns True when all pass. With
-    `test_last=False` the last patch's test files are not run: `make test`
-    runs them in its suites, on the same tree."""
+    `test_last=False` (`make test`) the last patch's test files are not
+    run, as its suites run them on the same tree, and the patches checked
+    alone are applied, imported and linted but not tested."""
     problems = series_problems(patches_dir)
     names = read_series(patches_dir)
     if problems:
@@ -249,13 +250,14 @@ def check(patches_dir=PATCHES, scratch=SCRATCH, test_last=True):
         all_ok = all_ok and ok
         seconds = time.monotonic() - start
         print(f"{name}: applies, {summary} ({seconds:.0f} s)", flush=True)
-    return check_alone(patches_dir, scratch) and all_ok
+    return check_alone(patches_dir, scratch, run_tests=test_last) and all_ok
 
 
-def check_alone(patches_dir=PATCHES, scratch=SCRATCH):
-    """Checks each fix-tier patch on the base with only what it needs;
-    returns True when all pass. The tree of `check()` is reused, from its
-    base tag."""
+def check_alone(
+    patches_dir=PATCHES, scratch=SCRATCH, base=BASE_TAG, run_tests=True
+):
+    """Checks each fix-tier patch on the tag `base` of `scratch` with only
+    the patches it needs; returns True when all pass."""
     names = read_series(patches_dir)
     by_number = {name[:4]: name for name in names}
     all_ok = True
@@ -268,7 +270,7 @@ def check_alone(patches_dir=PATCHES, scratch=SCRATCH):
             # Alone is the series up to here: checked above.
             continue
         start = time.monotonic()
-        git(scratch, "checkout", "-q", "--detach", BASE_TAG)
+        git(scratch, "checkout", "-q", "--detach", base)
         git(scratch, "clean", "-qfdx")
         try:
             apply_series(
@@ -280,19 +282,31 @@ def check_alone(patches_dir=PATCHES, scratch=SCRATCH):
             print(f"{name} alone: {e}")
             all_ok = False
             continue
-        ok, summary = check_patch(scratch, name)
+        ok, summary = check_patch(scratch, name, run_tests=run_tests)
         all_ok = all_ok and ok
         seconds = time.monotonic() - start
-        base = " + ".join(["base", *needs])
+        on = " + ".join([base, *needs])
         print(
-            f"{name} alone, on {base}: applies, {summary} ({seconds:.0f} s)",
+            f"{name} alone, on {on}: applies, {summary} ({seconds:.0f} s)",
             flush=True,
         )
     return all_ok
 
 
+def check_next_alone():
+    """`check_alone()` for `patches-next/` on the nightly base."""
+    # Avoid circular imports: `tools.next` imports `tools.suite`.
+    from tools import next as next_lib
+
+    scratch = BUILD / "check-series-next"
+    next_lib.build_next_base(scratch)
+    print(f"patches-next: each fix-tier patch alone on {next_lib.NEXT_TAG}")
+    return check_alone(next_lib.NEXT_PATCHES, scratch, next_lib.NEXT_TAG)
+
+
 def main():
-    return 0 if check() else 1
+    ok = check()
+    return 0 if check_next_alone() and ok else 1
 
 
 if __name__ == "__main__":
