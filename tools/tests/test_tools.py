@@ -1,5 +1,6 @@
 """Tests of the series tooling, on scratch trees in temporary folders."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -154,6 +155,38 @@ def test_check_series_reports_lint_failure_by_patch(base, tmp_path, capsys):
     assert "0001-Add-a-badly-formatted-module.patch: applies" in out
     assert "import ok" in out
     assert "ruff FAILED" in out
+
+
+def test_check_alone_applies_each_fix_with_only_what_it_needs(
+    base, tmp_path, capsys, monkeypatch
+):
+    module = "keras/src/utils/shardwise_check.py"
+    commit_change(base, module, "A = 1\n", "Add a module.")
+    commit_change(base, "keras/src/utils/shardwise_other.py", "B = 2\n")
+    commit_change(base, module, "A = 3\n", "Change the module.")
+    patches = tmp_path / "patches"
+    export.export(base, patches)
+    scratch = tmp_path / "scratch"
+    tree.build_base(scratch, upstream.fetch())
+    # 0002 stands alone; 0003 changes what 0001 adds.
+    needs = {"0001": (), "0002": (), "0003": ("0001",)}
+    monkeypatch.setattr(check_series, "FIX_TIER_NEEDS", needs)
+    assert check_series.needed("0003") == ["0001"]
+    assert check_series.check_alone(patches, scratch, run_tests=False)
+    out = capsys.readouterr().out
+    assert "0002-Change-a-file.patch alone, on upstream: applies" in out
+    assert "0003-Change-the-module.patch alone, on upstream + 0001" in out
+    needs["0003"] = ()
+    assert not check_series.check_alone(patches, scratch, run_tests=False)
+    assert "0003-Change-the-module.patch alone: " in capsys.readouterr().out
+
+
+def test_fix_tier_needs_match_the_series_page():
+    page = (Path(__file__).parents[2] / "docs" / "series.md").read_text()
+    for number, needs in check_series.FIX_TIER_NEEDS.items():
+        row = next(r for r in page.splitlines() if r.startswith(f"| {number} "))
+        listed = row.split(" | ")[3]
+        assert re.findall(r"\b\d{4}\b", listed) == list(needs)
 
 
 def test_check_series_runs_the_test_classes_a_patch_changes(tmp_path):
