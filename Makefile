@@ -11,7 +11,8 @@ SCENARIOS ?=
 BASE ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv tree patches check-series api wheel test test-full \
+.PHONY: help venv tree patches hub-patches check-series api wheel test \
+	test-full \
 	compare-full bench multiprocess demo plan lint clean next next-patches \
 	next-test device-wheels device-check
 
@@ -29,14 +30,19 @@ $(VENV)/.installed: requirements.txt requirements-test.txt
 
 venv: $(VENV)/.installed ## Create .venv from the pinned requirements
 
-tree: venv ## Materialize build/keras: the pinned sdist plus patches/series
+tree: venv ## Materialize build/keras and build/keras-hub from their series
 	$(PY) -m tools.tree
+	$(PY) -m tools.hub tree
 
 patches: venv ## Export upstream..HEAD of build/keras into patches/
 	$(PY) -m tools.export
 
-check-series: venv ## Each patch in turn, then each fix alone (base, master)
+hub-patches: venv ## Export upstream..HEAD of build/keras-hub into patches-hub/
+	$(PY) -m tools.hub export
+
+check-series: venv ## Each patch in turn, each fix alone (base, master), hub
 	$(PY) -m tools.check_series
+	$(PY) -m tools.hub check
 
 api: venv ## Regenerate keras/api of build/keras from its `keras_export` calls
 	$(PY) -m tools.api_gen build/keras
@@ -114,4 +120,5 @@ lint: venv ## ruff on the project's own code
 	$(PY) -m ruff format --check tools integration_tests benchmarks
 
 clean: ## Remove dist/ and scratch trees (keeps build/keras and its commits)
-	rm -rf dist build/check-series build/check-series-next build/full build/keras-upstream
+	rm -rf dist build/check-series build/check-series-next \
+		build/check-series-hub build/full build/keras-upstream

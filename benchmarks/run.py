@@ -39,6 +39,7 @@ import zipfile
 from pathlib import Path
 
 from benchmarks.reads import read_into
+from tools import hub
 from tools.common import BUILD
 from tools.common import ROOT
 from tools.common import ToolError
@@ -78,6 +79,8 @@ SCENARIOS = (
     "deferred_keras_hub_preset_llama",
     "keras_hub_hf_llama",
     "deferred_keras_hub_hf_llama",
+    "hub_keras_preset_llama",
+    "hub_hf_llama",
     "orbax_load_embedding",
     "orbax_build_then_load_embedding",
     "deferred_orbax_build_then_load_embedding",
@@ -136,6 +139,8 @@ ESTIMATES = {
     "deferred_keras_hub_preset_llama": 97,
     "keras_hub_hf_llama": 136,
     "deferred_keras_hub_hf_llama": 90,
+    "hub_keras_preset_llama": 97,
+    "hub_hf_llama": 90,
     "orbax_load_embedding": 83,
     "orbax_build_then_load_embedding": 88,
     "deferred_orbax_build_then_load_embedding": 60,
@@ -240,6 +245,11 @@ def scenarios_command(python, scenario, args):
         str(args.size),
         "--blocks",
         str(args.blocks),
+        *(
+            ["--keras-hub-tree", str(hub.HUB_TREE)]
+            if scenario.startswith("hub_")
+            else []
+        ),
     ]
 
 
@@ -615,6 +625,10 @@ def main():
     for build in BUILDS:
         pythons[build] = make_venv(build, args.base)
         lap(setup, f"{build} venv", start)
+    if any(s.startswith("hub_") for s in scenarios):
+        # Both builds import it: on 3.15.1 it is keras-hub 0.32.0 as is.
+        hub.materialize()
+        lap(setup, "keras-hub tree", start)
     # Writes the checkpoints the scenarios read, those not written yet.
     run(
         [

@@ -308,6 +308,9 @@ def write_keras_hub_preset(family, path):
 
 
 def _from_preset(args, state):
+    if args.keras_hub_tree:
+        # keras-hub 0.32.0 with patches-hub/, ahead of the installed one.
+        sys.path.insert(0, args.keras_hub_tree)
     import keras_hub
 
     path = str(Path(args.data) / args.family)
@@ -731,6 +734,14 @@ SCENARIOS = {
         "llama_preset",
     ),
     "keras_hub_hf_llama": ("llama_hf", None, _from_preset, "llama_hf"),
+    # With the keras-hub series (patches-hub/): no scope in the scenario.
+    "hub_keras_preset_llama": (
+        "llama_preset",
+        None,
+        _from_preset,
+        "llama_preset",
+    ),
+    "hub_hf_llama": ("llama_hf", None, _from_preset, "llama_hf"),
     "deferred_keras_hub_hf_llama": (
         "llama_hf",
         None,
@@ -917,6 +928,10 @@ def main():
         "--mode", choices=("memory", "time", "config"), default="time"
     )
     parser.add_argument("--out")
+    parser.add_argument(
+        "--keras-hub-tree",
+        help="import keras_hub from this tree (the `hub_` scenarios)",
+    )
     parser.add_argument(
         "--warm-bytes",
         type=int,

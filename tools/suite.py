@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from tools import check_series
+from tools import hub
 from tools.common import BASE_TREE
 from tools.common import BUILD
 from tools.common import KNOWN_FAILURES
@@ -94,6 +95,14 @@ UNREACHED_TESTS = (
 )
 # Run again on 16 devices, where more of the real head counts do not divide.
 KERAS_HUB_TESTS = "integration_tests/test_keras_hub.py"
+# Upstream's keras-hub tests of the code the hub series changes, run on
+# build/keras-hub beside the series' own (`tools/hub.py`), when the base
+# has them.
+HUB_SUITES = (
+    "keras_hub/src/utils/preset_utils_test.py",
+    "keras_hub/src/models/backbone_test.py",
+    "keras_hub/src/models/task_test.py",
+)
 FULL_RESULTS = BUILD / "full"
 FULL_SUITE_RESULTS = ROOT / "full-suite-results.txt"
 COUNTED = ("passed", "failed", "skipped", "errors", "seconds")
@@ -147,14 +156,14 @@ def is_known(config, test_id, known):
     return any((c, test_id) in known for c in configs)
 
 
-def patched_test_files(tree, patches_dir=PATCHES):
-    """The test files under `keras/src` that some patch changes and that
+def patched_test_files(tree, patches_dir=PATCHES, prefix="keras/src/"):
+    """The test files under `prefix` that some patch changes and that
     exist in `tree`."""
     files = set()
     for name in read_series(patches_dir):
         text = (Path(patches_dir) / name).read_text()
         for path in re.findall(r"^diff --git a/(\S+_test\.py) b/", text, re.M):
-            if path.startswith("keras/src/") and (Path(tree) / path).exists():
+            if path.startswith(prefix) and (Path(tree) / path).exists():
                 files.add(path)
     return sorted(files)
 
@@ -296,6 +305,24 @@ def stages(tree, tree_kind):
         result.append(
             ("keras-hub tests on 16 devices", "jax-16", ROOT, [KERAS_HUB_TESTS])
         )
+        hub_tests = [
+            f
+            for f in (
+                *HUB_SUITES,
+                *patched_test_files(
+                    hub.HUB_TREE, hub.HUB_PATCHES, prefix="keras_hub/src/"
+                ),
+            )
+            if (hub.HUB_TREE / f).exists()
+        ]
+        result.append(
+            (
+                "keras-hub 0.32.0 + patches-hub/",
+                "jax",
+                hub.HUB_TREE,
+                sorted(set(hub_tests)),
+            )
+        )
     return [
         (title, config, cwd, args, _config_env(config, tree, cwd))
         for title, config, cwd, args in result
@@ -328,6 +355,10 @@ def test(tree_kind="fork"):
         # The last patch's test files run in the stages below.
         if not check_series.check(test_last=False):
             broken.append("the series check failed")
+        print("\n=== hub series check: each hub patch applies, imports, passes")
+        if not hub.check():
+            broken.append("the hub series check failed")
+        hub.materialize()
     for title, config, cwd, args, env in stages(tree, tree_kind):
         print(f"\n=== {config}: {title}: pytest {' '.join(args)}", flush=True)
         start = time.monotonic()

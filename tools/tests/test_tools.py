@@ -9,6 +9,7 @@ import pytest
 from tools import api_gen
 from tools import check_series
 from tools import export
+from tools import hub
 from tools import next as next_lib
 from tools import suite
 from tools import tree
@@ -387,3 +388,21 @@ def test_multi_device_tier_collects_the_files_that_mention_it(tmp_path):
         "def test_b(): pass\n"
     )
     assert suite.multi_device_test_files(tmp_path) == ["keras/src/a_test.py"]
+
+
+def test_hub_series_applies_without_upstream_tests(tmp_path, monkeypatch):
+    # Where no clone of keras-hub is found, the base is the sdist alone and
+    # the hub series still applies: its tests are new files.
+    monkeypatch.setenv("KERAS_HUB_REPO", str(tmp_path / "no-clone"))
+    dest = tmp_path / "keras-hub"
+    assert not hub.build_base(dest)
+    assert not (dest / "conftest.py").exists()
+    names = tree.apply_series(dest, hub.HUB_PATCHES)
+    assert names == read_series(hub.HUB_PATCHES)
+    assert (dest / "keras_hub" / "__init__.py").exists()
+
+
+def test_repo_hub_pin_parses():
+    pin = upstream.read_pin(hub.HUB_PIN)
+    assert pin["name"] == "keras-hub"
+    assert len(pin["tests_commit"]) == 40
