@@ -74,10 +74,10 @@ TEST_FILES = [
     "keras/src/backend/jax/core_test.py",
     "keras/src/saving/saving_lib_test.py",
     "keras/src/distribution/memory_plan_test.py",
+    "keras/src/initializers/initializer_test.py",
+    "keras/src/layers/core/dense_test.py",
 ]
-TINY_TESTS = [
-    "keras/src/backend/jax/distribution_lib_test.py::LoraMergeInLayoutTest"
-]
+TINY_TESTS = ["keras/src/layers/core/dense_test.py::LoraMergeInLayoutTest"]
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
