@@ -102,7 +102,8 @@ DEFAULT_SCENARIOS = (
     "save_model_embedding",
     "build_kernels",
     "deferred_build_then_load_decoder",
-    "deferred_keras_hub_preset_llama",
+    "hub_keras_preset_llama",
+    "hub_hf_llama",
     "quantize_int8_dense",
 )
 DEFAULT_SIZE = 250
@@ -139,8 +140,8 @@ ESTIMATES = {
     "deferred_keras_hub_preset_llama": 97,
     "keras_hub_hf_llama": 136,
     "deferred_keras_hub_hf_llama": 90,
-    "hub_keras_preset_llama": 97,
-    "hub_hf_llama": 90,
+    "hub_keras_preset_llama": 37,
+    "hub_hf_llama": 39,
     "orbax_load_embedding": 83,
     "orbax_build_then_load_embedding": 88,
     "deferred_orbax_build_then_load_embedding": 60,

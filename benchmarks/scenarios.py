@@ -308,10 +308,13 @@ def write_keras_hub_preset(family, path):
 
 
 def _from_preset(args, state):
-    if args.keras_hub_tree:
-        # keras-hub 0.32.0 with patches-hub/, ahead of the installed one.
-        sys.path.insert(0, args.keras_hub_tree)
     import keras_hub
+
+    tree = args.keras_hub_tree
+    if tree and not keras_hub.__file__.startswith(str(Path(tree).resolve())):
+        raise RuntimeError(
+            f"keras_hub came from {keras_hub.__file__}, not from {tree}"
+        )
 
     path = str(Path(args.data) / args.family)
     defer = getattr(keras.utils, "defer_initialization", None)
@@ -941,6 +944,10 @@ def main():
     )
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     args = parser.parse_args()
+    if args.keras_hub_tree:
+        # keras-hub 0.32.0 with patches-hub/, ahead of the installed one,
+        # before anything imports keras_hub (`distribution()` does).
+        sys.path.insert(0, args.keras_hub_tree)
     if args.scenario == "prepare":
         prepare(args)
         return
