@@ -86,7 +86,7 @@ endif
 	$(PY) -m integration_tests.multiprocess --size $(MP_SIZE) \
 		$(if $(filter upstream,$(TREE)),--tree build/keras-upstream) \
 		build load assign save save_model save_fails bad_shape deferred_load \
-		orbax
+		orbax hub_hf
 
 next: venv ## build/keras-next: keras-nightly + patches-next/; status line
 	$(PY) -m tools.next tree

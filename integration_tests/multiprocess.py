@@ -10,7 +10,10 @@ Usage:
   python -m integration_tests.multiprocess [--tree DIR] [--size MIB]
       [SCENARIO ...]
 prints, per process, the bytes it read and holds against its own shards,
-its busiest device and its RSS increase (`make multiprocess`).
+its busiest device and its RSS increase (`make multiprocess`). `hub_hf`
+reports the bytes read from storage (`read_bytes`) against its share of
+its own checkpoint; the others, the bytes read by system calls (`rchar`)
+against their share of the embedding model.
 """
 
 import argparse
@@ -27,6 +30,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # `SHARDWISE_TREE` points the harness at another tree (such as the base).
 TREE = Path(os.environ.get("SHARDWISE_TREE", ROOT / "build" / "keras"))
+# keras-hub 0.32.0 with patches-hub/ (`make tree`), for the `hub_hf`
+# scenario; on the base it changes nothing. `SHARDWISE_HUB_TREE` points
+# it at another keras-hub tree.
+HUB_TREE = Path(
+    os.environ.get("SHARDWISE_HUB_TREE", ROOT / "build" / "keras-hub")
+)
 MIB = 2**20
 
 # The model every scenario builds: an embedding of `size` MiB sharded by
@@ -102,7 +111,7 @@ def launch(
         XLA_FLAGS=(
             f"--xla_force_host_platform_device_count={devices_per_process}"
         ),
-        PYTHONPATH=os.pathsep.join([str(tree), str(ROOT)]),
+        PYTHONPATH=os.pathsep.join([str(tree), str(HUB_TREE), str(ROOT)]),
     )
     processes, logs = [], []
     for i in range(num_processes):
@@ -220,6 +229,8 @@ def row(scenario, process_id, result, share):
     def mib(value):
         return "-" if value is None else f"{value / MIB:.1f}"
 
+    # A scenario with its own model says what this process's share is.
+    share = result.get("share_bytes", share)
     busiest = result.get("peak_device_bytes")
     shard = result.get("largest_device_bytes")
     rss = result.get("rss_increase")

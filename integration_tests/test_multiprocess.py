@@ -189,3 +189,18 @@ def test_launcher_stops_processes_at_the_deadline(workdir):
     assert time.monotonic() - start < 30
     assert run_.killed == [True, True]
     assert run_.results == [None, None]
+
+
+def test_keras_hub_reads_only_local_slices_of_safetensors(workdir):
+    """`from_preset` of a Hugging Face directory (keras-hub with
+    patches-hub/): each process reads from storage the slices its devices
+    need, not the checkpoint."""
+    results = run("hub_hf", workdir).check()
+    if not any(result["bytes_read"] for result in results):
+        pytest.skip("this filesystem does not count reads in read_bytes")
+    for result in results:
+        assert result["keras_hub"].startswith(str(multiprocess.HUB_TREE))
+        # Its slices, plus what the kernel reads ahead around them.
+        needed = result["needed_bytes"]
+        assert needed <= result["bytes_read"] <= needed + 16 * MIB
+        assert result["bytes_read"] < 0.8 * result["checkpoint_bytes"]

@@ -25,6 +25,8 @@ Scenarios:
   repaired   a layout that the mesh does not divide: save, then deferred load
   orbax      train a step with `OrbaxCheckpoint`, then restore it into a
              deferred model
+  hub_hf     keras-hub `from_preset` of a Hugging Face Llama directory,
+             with no scope in user code, from storage (not the page cache)
   hang       never returns (tests the launcher's deadline)
 """
 
@@ -33,6 +35,7 @@ import contextlib
 import gc
 import json
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -87,8 +90,9 @@ def build_model(size_mib, embed_dim=EMBED_DIM, deferred=False, name=None):
 
 def io_counter(key):
     """A counter of this process from /proc/self/io: `rchar`, the bytes it
-    has read through system calls, or `write_bytes`, the bytes it has
-    written to storage (sockets not included)."""
+    has read through system calls, `read_bytes`, the bytes it has read
+    from storage (memory-mapped reads too), or `write_bytes`, the bytes it
+    has written to storage (sockets not included)."""
     with open("/proc/self/io") as f:
         for line in f:
             name, _, value = line.partition(":")
@@ -450,6 +454,83 @@ def scenario_orbax(args):
     }
 
 
+# A Llama with Llama-3-8B's head counts at narrow widths, 2 blocks (366
+# MiB in float32), for `scenario_hub_hf`.
+HUB_LLAMA = dict(
+    vocabulary_size=32000,
+    num_layers=2,
+    num_query_heads=32,
+    num_key_value_heads=8,
+    hidden_dim=1024,
+    intermediate_dim=3584,
+)
+
+
+def scenario_hub_hf(args):
+    """`keras_hub.models.Backbone.from_preset` of a Hugging Face Llama
+    directory under keras-hub's Llama layout map, in every process. The
+    first process writes it; each then loads its own copy, dropped from
+    the page cache, so that `read_bytes` counts what it read from
+    storage."""
+    import keras_hub
+    from jax.experimental import multihost_utils
+
+    from benchmarks import hf_checkpoint
+
+    written = args.workdir / "llama_hf"
+    if jax.process_index() == 0 and not written.exists():
+        config = hf_checkpoint.hf_config("llama", 32000, 2, HUB_LLAMA)
+        hf_checkpoint.write(written, config)
+    multihost_utils.sync_global_devices("hub_hf written")
+    # Each process reads its own copy, as each host of a pod reads its own
+    # storage through its own page cache.
+    directory = args.workdir / f"llama_hf-{jax.process_index()}"
+    shutil.rmtree(directory, ignore_errors=True)
+    shutil.copytree(written, directory)
+    weights = directory / "model.safetensors"
+    fd = os.open(weights, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    devices = keras.distribution.list_devices()
+    mesh = keras.distribution.DeviceMesh(
+        (1, len(devices)), axis_names=("batch", "model"), devices=devices
+    )
+    distribution = keras.distribution.ModelParallel(
+        layout_map=keras_hub.models.LlamaBackbone.get_layout_map(mesh),
+        batch_dim_name="batch",
+    )
+    memory.reset_peak_rss()
+    rss_before, _ = memory.rss_bytes()
+    storage_before = io_counter("read_bytes")
+    start = time.perf_counter()
+    with distribution.scope():
+        model = keras_hub.models.Backbone.from_preset(str(directory))
+    seconds = time.perf_counter() - start
+    _, rss_peak = memory.rss_bytes()
+    held, largest = local_shards(model)
+    # The bytes this process's devices need: each distinct slice once (a
+    # replicated weight is needed whole), the checkpoint being float32.
+    needed = 0
+    for weight in model.weights:
+        slices = {
+            tuple((s.start, s.stop) for s in shard.index): shard.data.nbytes
+            for shard in weight.value.addressable_shards
+        }
+        needed += sum(slices.values())
+    return {
+        "seconds": seconds,
+        "bytes_read": io_counter("read_bytes") - storage_before,
+        "needed_bytes": needed,
+        "rss_increase": rss_peak - rss_before,
+        "bytes_held": held,
+        "largest_device_bytes": largest,
+        "share_bytes": needed,
+        "checkpoint_bytes": weights.stat().st_size,
+        "keras_hub": keras_hub.__file__,
+    }
+
+
 def scenario_hang(args):
     """Never returns: for the launcher's deadline."""
     while True:
@@ -468,6 +549,7 @@ SCENARIOS = {
     "deferred_load": scenario_deferred_load,
     "repaired": scenario_repaired,
     "orbax": scenario_orbax,
+    "hub_hf": scenario_hub_hf,
     "hang": scenario_hang,
 }
 
