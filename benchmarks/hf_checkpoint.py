@@ -74,14 +74,17 @@ def hf_shapes(config):
     return shapes
 
 
-def write(directory, config, seed=0):
-    """Writes `config.json` and a `model.safetensors` of random float32
-    tensors into `directory`; returns the tensors."""
+def write(directory, config, seed=0, dtype="float32"):
+    """Writes `config.json` and a `model.safetensors` of random tensors of
+    `dtype` ("float32" or "bfloat16") into `directory`; returns them."""
+    import ml_dtypes
     from safetensors.numpy import save_file
 
+    if dtype == "bfloat16":
+        dtype = ml_dtypes.bfloat16
     rng = np.random.default_rng(seed)
     tensors = {
-        name: rng.normal(0.0, 0.05, shape).astype("float32")
+        name: rng.normal(0.0, 0.05, shape).astype(dtype)
         for name, shape in hf_shapes(config).items()
     }
     directory = Path(directory)

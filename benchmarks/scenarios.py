@@ -61,7 +61,7 @@ def distribution(family):
 
         # keras-hub's own layout map, as its users write it.
         layout_map = keras_hub.models.LlamaBackbone.get_layout_map(mesh)
-        if family == "llama_bf16":
+        if family in ("llama_bf16", "llama_hf_bf16"):
             # It leaves the output embedding replicated: whole on every
             # device, its bfloat16 values alone would be 1.3 times a
             # device's int8 shards while they are quantized.
@@ -287,6 +287,7 @@ KERAS_HUB = {
     "llama_preset": (LLAMA_8B_NARROW, "keras"),
     "llama_bf16": (dict(LLAMA_8B_NARROW, dtype="bfloat16"), "keras"),
     "llama_hf": (LLAMA_8B_NARROW, "hf"),
+    "llama_hf_bf16": (dict(LLAMA_8B_NARROW, dtype="bfloat16"), "hf"),
     "llama_3b": (LLAMA_3B, "keras"),
 }
 
@@ -302,7 +303,9 @@ def write_keras_hub_preset(family, path):
             arguments["num_layers"],
             arguments,
         )
-        hf_checkpoint.write(path, config)
+        hf_checkpoint.write(
+            path, config, dtype=arguments.get("dtype", "float32")
+        )
         return
     keras_hub.models.LlamaBackbone(**arguments).save_to_preset(str(path))
 
@@ -356,6 +359,30 @@ def _int8_from_preset(args, state):
         else:
             model = keras_hub.models.Backbone.from_preset(
                 str(path), dtype="bfloat16"
+            )
+            model.quantize("int8")
+    state["model"] = model
+
+
+def _int8_from_hf(args, state):
+    """A bfloat16 Hugging Face Llama as an int8 model. With the fork and
+    `patches-hub/`, `from_preset(..., dtype="int8_from_bfloat16")`
+    quantizes each layer as the converter assigns its float weights; on
+    upstream, where that raises as on keras-hub 0.32.0, load in bfloat16,
+    then quantize."""
+    import keras_hub
+
+    path = str(Path(args.data) / args.family)
+    with warnings.catch_warnings():
+        # Layers without `quantize()` (norms, dropout) warn.
+        warnings.simplefilter("ignore")
+        if getattr(keras.utils, "defer_initialization", None):
+            model = keras_hub.models.Backbone.from_preset(
+                path, dtype="int8_from_bfloat16"
+            )
+        else:
+            model = keras_hub.models.Backbone.from_preset(
+                path, dtype="bfloat16"
             )
             model.quantize("int8")
     state["model"] = model
@@ -800,6 +827,12 @@ SCENARIOS = {
         None,
         _int8_from_preset,
         "llama_bf16",
+    ),
+    "hub_hf_llama_int8": (
+        "llama_hf_bf16",
+        None,
+        _int8_from_hf,
+        "llama_hf_bf16",
     ),
     "read_new_memory_embedding": (
         "embedding",
