@@ -47,7 +47,7 @@ check-series: venv ## Each patch in turn, each fix alone (base, master), hub
 api: venv ## Regenerate keras/api of build/keras from its `keras_export` calls
 	$(PY) -m tools.api_gen build/keras
 
-wheel: venv ## Build dist/keras-3.15.1+shardwise.N-*.whl and check it installs
+wheel: venv ## Build the fork's and keras-hub's wheels in dist/, check they install
 	$(PY) -m tools.wheel --verify
 
 test: venv ## The test command: upstream suites on 8 devices + our tests

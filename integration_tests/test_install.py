@@ -1,7 +1,10 @@
 """The one-line install: `pip install "keras @ git+URL"` of this repository's
 committed HEAD, into a fresh virtual environment, builds the fork's wheel
 through `tools/pep517.py`; that Keras, imported outside the checkout, then
-saves and loads a model-parallel model on 8 CPU devices."""
+saves and loads a model-parallel model on 8 CPU devices. The README's
+`"keras-hub @ git+URL#subdirectory=hub"` builds the patched keras-hub's
+wheel the same way (`hub/backend.py`), whose `from_preset` then loads a
+sharded preset with no scope of the user's."""
 
 import os
 import shutil
@@ -49,9 +52,56 @@ print(keras.__version__)
 """
 
 
-def test_pip_install_of_the_repository_loads_a_sharded_model(tmp_path):
+HUB_CHECK = """
+import keras
+import keras_hub
+import numpy as np
+
+assert "site-packages" in keras_hub.__file__, keras_hub.__file__
+backbone = keras_hub.models.Llama3Backbone(
+    vocabulary_size=64,
+    num_layers=1,
+    num_query_heads=8,
+    num_key_value_heads=8,
+    hidden_dim=64,
+    intermediate_dim=128,
+)
+backbone.save_to_preset("preset")
+mesh = keras.distribution.DeviceMesh((1, 8), ["batch", "model"])
+layout_map = keras_hub.models.Llama3Backbone.get_layout_map(mesh)
+distribution = keras.distribution.ModelParallel(
+    layout_map=layout_map, batch_dim_name="batch"
+)
+with distribution.scope():
+    # No `defer_initialization()`: the patched `from_preset` builds the
+    # backbone without values itself.
+    loaded = keras_hub.models.Backbone.from_preset("preset")
+for saved, weight in zip(backbone.weights, loaded.weights):
+    np.testing.assert_array_equal(saved.numpy(), weight.numpy())
+embeddings = loaded.get_layer("token_embedding").embeddings.value
+shapes = {s.data.shape for s in embeddings.addressable_shards}
+assert shapes == {(8, 64)}, shapes
+print(keras_hub.__version__)
+"""
+
+
+def _series_length(head, folder):
+    series = subprocess.run(
+        ["git", "-C", ROOT, "show", f"{head}:{folder}/series"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    return len([n for n in series if n.strip() and not n.startswith("#")])
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A fresh venv with the README's install of the committed HEAD:
+    (python, env, head, the install's folder)."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs git and a git checkout of this repository")
+    tmp_path = tmp_path_factory.mktemp("install")
     head = subprocess.run(
         ["git", "-C", ROOT, "rev-parse", "HEAD"],
         capture_output=True,
@@ -85,6 +135,11 @@ def test_pip_install_of_the_repository_loads_a_sharded_model(tmp_path):
         text=True,
     )
     assert install.returncode == 0, install.stdout + install.stderr
+    return python, env, head, tmp_path
+
+
+def test_pip_install_of_the_repository_loads_a_sharded_model(installed):
+    python, env, head, tmp_path = installed
     (tmp_path / "check.py").write_text(CHECK)
     check = subprocess.run(
         [python, "check.py"],
@@ -95,11 +150,48 @@ def test_pip_install_of_the_repository_loads_a_sharded_model(tmp_path):
     )
     assert check.returncode == 0, check.stdout + check.stderr
     # N: the number of patches in HEAD's series.
-    series = subprocess.run(
-        ["git", "-C", ROOT, "show", f"{head}:patches/series"],
+    n = _series_length(head, "patches")
+    assert check.stdout.split()[-1] == f"3.15.1+shardwise.{n}"
+
+
+def test_pip_install_of_hub_loads_a_preset_sharded(installed):
+    python, env, head, tmp_path = installed
+    # The README's keras-hub requirement, without keras-hub's declared
+    # dependencies (tensorflow-text brings TensorFlow): the ones its
+    # tokenizers import, at requirements-test.txt's versions (not the
+    # file itself, which pins keras-hub 0.32.0).
+    wanted = ("regex==", "tokenizers==", "sentencepiece==")
+    pins = [
+        line
+        for line in (ROOT / "requirements-test.txt").read_text().splitlines()
+        if line.lower().startswith(wanted)
+    ]
+    assert len(pins) == len(wanted), pins
+    install = subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            f"keras-hub @ git+file://localhost{ROOT}@{head}#subdirectory=hub",
+            *pins,
+        ],
+        cwd=tmp_path,
+        env=env,
         capture_output=True,
         text=True,
-        check=True,
-    ).stdout.splitlines()
-    patches = [n for n in series if n.strip() and not n.startswith("#")]
-    assert check.stdout.split()[-1] == f"3.15.1+shardwise.{len(patches)}"
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    (tmp_path / "check_hub.py").write_text(HUB_CHECK)
+    check = subprocess.run(
+        [python, "check_hub.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    n = _series_length(head, "patches-hub")
+    assert check.stdout.split()[-1] == f"0.32.0+shardwise.{n}"

@@ -19,6 +19,7 @@ Usage:
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -69,11 +70,12 @@ def _test_files(repo, commit):
     ]
 
 
-def build_base(dest):
-    """Creates `dest` with the pinned sdist and, where a clone of
-    keras-hub is found, upstream's test files; tags it."""
+def build_base(dest, sdist=None, with_tests=True):
+    """Creates `dest` with the pinned sdist (`sdist`, else the one in
+    `cache/`, downloaded if needed) and, with `with_tests` and where a clone
+    of keras-hub is found, upstream's test files; tags it."""
     pin = upstream.read_pin(HUB_PIN)
-    sdist = upstream.fetch(pin)
+    sdist = upstream.fetch(pin) if sdist is None else sdist
     dest = Path(dest)
     if dest.exists():
         subprocess.run(["rm", "-rf", str(dest)], check=True)
@@ -83,7 +85,8 @@ def build_base(dest):
     repo = Path(os.environ.get("KERAS_HUB_REPO", DEFAULT_REPO))
     commit = pin["tests_commit"]
     found = (
-        repo.exists()
+        with_tests
+        and repo.exists()
         and git(repo, "cat-file", "-e", commit, check=False).returncode == 0
     )
     if found:
@@ -100,11 +103,13 @@ def build_base(dest):
                 ).stdout
             )
         tests = f"upstream's tests from {pin['tests_repo']}@{commit[:12]}"
-    else:
+    elif with_tests:
         print(
             f"note: no clone of {pin['tests_repo']} with {commit[:12]} "
             f"(KERAS_HUB_REPO={repo}); upstream's keras-hub tests are left out"
         )
+        tests = "no upstream tests"
+    else:
         tests = "no upstream tests"
     git(dest, "init", "-q", "-b", "main")
     git(dest, "config", "user.name", "shardwise")
@@ -131,6 +136,65 @@ def materialize(dest=HUB_TREE, patches_dir=HUB_PATCHES):
     names = tree_lib.apply_series(dest, patches_dir)
     print(f"{dest} materialized: keras-hub 0.32.0 + {len(names)} patches")
     return names
+
+
+def build_wheel_from_tree(tree, num_patches, dist):
+    """Builds the wheel of `tree`'s HEAD, keras-hub 0.32.0 plus
+    `num_patches` patches on a base built `with_tests=False`, as
+    `keras_hub-0.32.0+shardwise.N-*.whl` into the folder `dist`, with the
+    sdist's own build backend; returns its path. It holds what keras-hub's
+    own wheel holds: the tree's `keras_hub/__init__.py` is left out."""
+    pin = upstream.read_pin(HUB_PIN)
+    version = f"{pin['version']}+shardwise.{num_patches}"
+    dist = Path(dist)
+    dist.mkdir(parents=True, exist_ok=True)
+    if (Path(tree) / "conftest.py").exists():
+        raise ToolError(f"{tree} holds upstream's tests: build it bare")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "keras-hub-src"
+        src.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(tree), "archive", "HEAD"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(["tar", "x", "-C", src], input=archive, check=True)
+        (src / "keras_hub" / "__init__.py").unlink()
+        version_file = src / "keras_hub" / "src" / "version.py"
+        text = version_file.read_text()
+        pinned = f'__version__ = "{pin["version"]}"'
+        if pinned not in text:
+            raise ToolError(f"{version_file} does not contain `{pinned}`")
+        version_file.write_text(
+            text.replace(pinned, f'__version__ = "{version}"')
+        )
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+                dist,
+                src,
+            ],
+            capture=True,
+        )
+    (wheel,) = dist.glob(f"keras_hub-{version}-*.whl")
+    return wheel
+
+
+def build_wheel(dist, scratch=HUB_SCRATCH):
+    """`make wheel`'s keras-hub: the sdist and `patches-hub/series` in
+    `scratch`, then its wheel in `dist`; returns its path."""
+    for old in Path(dist).glob("keras_hub-*.whl"):
+        old.unlink()
+    build_base(scratch, with_tests=False)
+    names = tree_lib.apply_series(scratch, HUB_PATCHES)
+    return build_wheel_from_tree(scratch, len(names), dist)
 
 
 def hub_env(keras_tree=TREE):

@@ -10,6 +10,14 @@ with pip, refuses it unless its sha256 is the pinned one, applies
 `patches/series` with `git am` and builds the wheel of that tree, without
 the harness or the test modules (`tools/wheel.py`). It needs git.
 
+`hub/pyproject.toml` names `build_hub_wheel` the same way, through
+`hub/backend.py`, so that
+
+    pip install "keras-hub @ git+https://github.com/OWNER/shardwise.git#subdirectory=hub"
+
+builds `keras_hub-0.32.0+shardwise.N` from the pinned sdist of `KERAS_HUB`
+and `patches-hub/series` (`tools/hub.py`).
+
 Everything is built in a temporary folder: nothing is written into the
 checkout pip builds from. A verified sdist already in its `cache/` (left
 by `make tree`) is read, not downloaded again.
@@ -23,6 +31,7 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
+from tools import hub
 from tools import upstream
 from tools import wheel
 from tools.common import CACHE
@@ -95,6 +104,31 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         # One line in pip's output instead of a traceback.
         raise SystemExit(
             f"error: cannot build shardwise's Keras: {e}"
+        ) from None
+    return built.name
+
+
+def build_hub_wheel(
+    wheel_directory, config_settings=None, metadata_directory=None
+):
+    if shutil.which("git") is None:
+        raise SystemExit("error: building shardwise's keras-hub needs git")
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="shardwise-hub-") as tmp,
+            mock.patch.dict(os.environ, GIT_ISOLATION),
+        ):
+            pin = upstream.read_pin(hub.HUB_PIN)
+            sdist = fetch_sdist(Path(tmp) / "cache", pin=pin)
+            tree = Path(tmp) / "keras-hub"
+            hub.build_base(tree, sdist=sdist, with_tests=False)
+            names = apply_series(tree, hub.HUB_PATCHES)
+            built = hub.build_wheel_from_tree(
+                tree, len(names), Path(wheel_directory)
+            )
+    except ToolError as e:
+        raise SystemExit(
+            f"error: cannot build shardwise's keras-hub: {e}"
         ) from None
     return built.name
 

@@ -1,4 +1,5 @@
-"""Builds the fork's wheel, `dist/keras-3.15.1+shardwise.N-*.whl`.
+"""Builds the fork's wheel, `dist/keras-3.15.1+shardwise.N-*.whl`, and
+the patched keras-hub's, `dist/keras_hub-0.32.0+shardwise.M-*.whl`.
 
 N is the number of patches in the series. With `next_base=True`, the
 nightly fork's: `dist/keras_nightly-VERSION+shardwise.N-*.whl`, from
@@ -7,9 +8,9 @@ tool into a scratch copy of the tree, never by a patch. The harness files
 and the test modules are left out, as in the wheels Keras publishes.
 
 Usage: python -m tools.wheel [--verify]
-  --verify  also install the wheel with requirements.txt into a fresh
-            virtual environment and check that `import keras` reports the
-            local version.
+  --verify  also install the wheels, Keras's with requirements.txt, into
+            a fresh virtual environment and check that `import keras`
+            and keras-hub's metadata report their local versions.
 """
 
 import argparse
@@ -19,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tools import hub
 from tools.common import ROOT
 from tools.common import TREE
 from tools.common import ToolError
@@ -103,8 +105,9 @@ def build_from_tree(tree, num_patches, pin, dist):
     return wheel
 
 
-def verify(wheel, requirements=ROOT / "requirements.txt"):
-    """Installs `wheel` in a fresh venv and checks the reported version."""
+def verify(wheel, requirements=ROOT / "requirements.txt", hub_wheel=None):
+    """Installs `wheel` (and `hub_wheel`, without its dependencies) in a
+    fresh venv and checks the reported versions."""
     expected = Path(wheel).name.split("-")[1]
     with tempfile.TemporaryDirectory() as tmp:
         venv = Path(tmp) / "venv"
@@ -129,6 +132,27 @@ def verify(wheel, requirements=ROOT / "requirements.txt"):
             raise ToolError(
                 f"the installed wheel reports {out[-2:]}, expected {expected}"
             )
+        if hub_wheel is not None:
+            hub_expected = Path(hub_wheel).name.split("-")[1]
+            run(
+                [python, "-m", "pip", "install", "-q", "--no-deps", hub_wheel],
+                capture=True,
+            )
+            out = run(
+                [
+                    python,
+                    "-c",
+                    "from importlib import metadata; "
+                    "print(metadata.version('keras-hub'))",
+                ],
+                cwd=tmp,
+                capture=True,
+            ).stdout.split()
+            if out[-1:] != [hub_expected]:
+                raise ToolError(
+                    f"the installed keras-hub reports {out[-1:]}, "
+                    f"expected {hub_expected}"
+                )
     return expected
 
 
@@ -138,8 +162,14 @@ def main():
     args = parser.parse_args()
     wheel = build()
     print(f"built {wheel.relative_to(ROOT)}")
+    hub_wheel = hub.build_wheel(DIST)
+    print(f"built {hub_wheel.relative_to(ROOT)}")
     if args.verify:
-        print(f"fresh venv: import keras reports {verify(wheel)}")
+        version = verify(wheel, hub_wheel=hub_wheel)
+        print(
+            f"fresh venv: import keras reports {version}, keras-hub "
+            f"{hub_wheel.name.split('-')[1]}"
+        )
 
 
 if __name__ == "__main__":

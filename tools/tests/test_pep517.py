@@ -1,6 +1,7 @@
 """Tests of the PEP 517 backend's pieces (`tools/pep517.py`); the install
 itself, into a fresh venv, is `integration_tests/test_install.py`."""
 
+import importlib.util
 import shutil
 import tarfile
 import tomllib
@@ -23,6 +24,21 @@ def test_pyproject_names_the_in_tree_backend():
     system = system["build-system"]
     assert system["build-backend"] == "tools.pep517"
     assert system["backend-path"] == ["."]
+
+
+def test_hub_folder_builds_the_patched_keras_hub():
+    system = tomllib.loads((ROOT / "hub" / "pyproject.toml").read_text())
+    system = system["build-system"]
+    assert system["build-backend"] == "backend"
+    assert system["backend-path"] == ["."]
+    spec = importlib.util.spec_from_file_location(
+        "hub_backend", ROOT / "hub" / "backend.py"
+    )
+    backend = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(backend)
+    assert backend.build_wheel is pep517.build_hub_wheel
+    with pytest.raises(backend.UnsupportedOperation, match="only as a wheel"):
+        backend.build_sdist("unused")
 
 
 def test_keras_is_built_with_the_pinned_setuptools():
