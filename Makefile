@@ -4,6 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TREE ?= fork
 CHUNK ?= 1/1
+CONFIG ?= jax
 MP_SIZE ?= 250
 BLOCKS ?= 8
 REPEATS ?= 1
@@ -20,6 +21,7 @@ help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
 		awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 	@echo "  Variables: TREE=fork|upstream (test, test-full), CHUNK=i/N,"
+	@echo "  CONFIG=jax|jax-1|jax-4|jax-nnx|tensorflow|torch|numpy (test-full),"
 	@echo "  SIZE=MiB BLOCKS=N REPEATS=N SCENARIOS=a,b BASE=next (bench),"
 	@echo "  MP_SIZE=MiB TREE=fork|upstream (multiprocess)"
 
@@ -53,8 +55,8 @@ wheel: venv ## Build the fork's and keras-hub's wheels in dist/, check they inst
 test: venv ## The test command: upstream suites on 8 devices + our tests
 	$(PY) -m tools.suite test --tree $(TREE)
 
-test-full: venv ## One chunk of the whole upstream suite (CHUNK=i/N TREE=...)
-	$(PY) -m tools.suite full --chunk $(CHUNK) --tree $(TREE)
+test-full: venv ## One chunk of the whole upstream suite (CHUNK=i/N TREE=... CONFIG=...)
+	$(PY) -m tools.suite full --chunk $(CHUNK) --tree $(TREE) --config $(CONFIG)
 
 compare-full: venv ## Diff the fork's full-suite failures against upstream's
 	$(PY) -m tools.suite compare

@@ -21,11 +21,13 @@ Failures listed in `known-failures.txt` are tolerated, on the base tree and
 on the fork alike; any other failure fails the run. Tests skipped because
 an upstream fixture is missing from the sdist are counted apart.
 
-`full --chunk i/N` runs one deterministic chunk of the whole upstream unit
-suite and writes its failing test ids to `build/full/TREE/`; `compare` diffs
-the fork's failures against the base's.
+`full --chunk i/N --config CONFIG` runs one deterministic chunk of the
+whole upstream unit suite in one configuration of `FULL_CONFIGS` and writes
+its failing test ids to `build/full/CONFIG/TREE/`; `compare` diffs the
+fork's failures against the base's in every configuration run on both.
 
 Usage: python -m tools.suite test|full|compare [--tree fork|upstream]
+       [--chunk i/N] [--config CONFIG]
 """
 
 import argparse
@@ -46,6 +48,7 @@ from tools.common import ROOT
 from tools.common import TEST_ENV
 from tools.common import TREE
 from tools.common import ToolError
+from tools.common import git
 from tools.common import main_wrapper
 from tools.common import read_series
 from tools.tree import materialize
@@ -401,35 +404,67 @@ def _materialize(tree_kind):
     return BASE_TREE
 
 
-def full(chunk, tree_kind):
+# The configurations of the whole-suite gate: upstream CI's (JAX on 1
+# device, its multi-device tier on 4, the other backends), JAX on 8
+# devices and JAX with NNX. Each config's pytest arguments before the
+# files.
+FULL_CONFIGS = {
+    "jax": (),
+    "jax-1": (),
+    "jax-4": ("-m", "multi_device"),
+    "jax-nnx": (),
+    "tensorflow": (),
+    "torch": (),
+    "numpy": (),
+}
+
+
+def full(chunk, tree_kind, config="jax"):
     index, _, total = chunk.partition("/")
     index, total = int(index), int(total)
     if not 1 <= index <= total:
         raise ToolError(f"CHUNK must be i/N with 1 <= i <= N, got {chunk}")
+    if config not in FULL_CONFIGS:
+        raise ToolError(
+            f"CONFIG must be one of {', '.join(FULL_CONFIGS)}, got {config}"
+        )
     tree = _materialize(tree_kind)
     files = sorted(
         str(p.relative_to(tree)) for p in (tree / "keras").rglob("*_test.py")
     )
     mine = files[index - 1 :: total]
-    print(f"chunk {index}/{total}: {len(mine)} of {len(files)} test files")
+    print(
+        f"{config}, chunk {index}/{total}: {len(mine)} of {len(files)} "
+        "test files"
+    )
     parallel = [f for f in mine if f not in SERIAL]
     serial = [f for f in mine if f in SERIAL]
+    env = _config_env(config, tree, tree)
+    extra = list(FULL_CONFIGS[config])
     start = time.monotonic()
-    code, failed, counts, _ = run_pytest(["-n", "2", *parallel], tree)
+    code, failed, counts, _ = run_pytest(
+        ["-n", "2", *extra, *parallel], tree, env
+    )
     if serial:
-        serial_code, serial_failed, serial_counts, _ = run_pytest(serial, tree)
-        code = max(code, serial_code)
+        serial_code, serial_failed, serial_counts, _ = run_pytest(
+            [*extra, *serial], tree, env
+        )
+        # 5: nothing collected (the multi-device tier's marker).
+        if serial_code != 5:
+            code = max(code, serial_code)
         failed |= serial_failed
         for key in counts:
             counts[key] += serial_counts[key]
     counts["seconds"] = round(time.monotonic() - start)
-    out = FULL_RESULTS / tree_kind / f"chunk-{index}-of-{total}.txt"
+    out = FULL_RESULTS / config / tree_kind / f"chunk-{index}-of-{total}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
-    header = "".join(f"# {key} {counts[key]}\n" for key in COUNTED)
+    commit = git(tree, "rev-parse", "HEAD").stdout.strip()
+    header = f"# commit {commit}\n# date {time.strftime('%Y-%m-%d')}\n"
+    header += "".join(f"# {key} {counts[key]}\n" for key in COUNTED)
     out.write_text(header + "".join(f"{t}\n" for t in sorted(failed)))
     print(f"wrote {len(failed)} failing test ids to {out}")
     known = read_known_failures()
-    unknown = sorted(t for t in failed if not is_known("jax", t, known))
+    unknown = sorted(t for t in failed if not is_known(config, t, known))
     for test_id in unknown:
         print(f"NOT IN known-failures.txt {test_id}")
     if code not in (0, 1, 5):
@@ -437,55 +472,97 @@ def full(chunk, tree_kind):
     return 0
 
 
-def compare():
-    """Diffs the fork's full-suite failures against the base's and writes
-    both, with their counts, to `FULL_SUITE_RESULTS`."""
-    results = {}
-    for kind in ("upstream", "fork"):
-        chunks = sorted((FULL_RESULTS / kind).glob("chunk-*.txt"))
-        if not chunks:
-            raise ToolError(
-                f"no results in {FULL_RESULTS / kind}; run "
-                f"`make test-full TREE={kind} CHUNK=i/N` first"
-            )
-        counts = dict.fromkeys(COUNTED, 0)
-        failed = set()
-        for chunk in chunks:
-            for line in chunk.read_text().splitlines():
-                if line.startswith("# "):
-                    key, value = line[2:].split()
+def _read_results(folder):
+    """The chunks of one tree in one configuration: (chunk names, failed
+    ids, counts, commits, dates)."""
+    counts = dict.fromkeys(COUNTED, 0)
+    failed = set()
+    commits = set()
+    dates = set()
+    chunks = sorted(Path(folder).glob("chunk-*.txt"))
+    for chunk in chunks:
+        for line in chunk.read_text().splitlines():
+            if line.startswith("# "):
+                key, value = line[2:].split()
+                if key == "commit":
+                    commits.add(value)
+                elif key == "date":
+                    dates.add(value)
+                else:
                     counts[key] += int(value)
-                elif line:
-                    failed.add(line)
-        results[kind] = ({c.name for c in chunks}, failed, counts)
-    if results["upstream"][0] != results["fork"][0]:
-        print("note: the two trees were run with different chunks")
-    new = sorted(results["fork"][1] - results["upstream"][1])
-    fixed = sorted(results["upstream"][1] - results["fork"][1])
-    for test_id in new:
-        print(f"FAILS ONLY ON THE FORK {test_id}")
-    for test_id in fixed:
-        print(f"fails only on upstream {test_id}")
-    summary = (
-        f"{len(results['upstream'][1])} failures on upstream, "
-        f"{len(results['fork'][1])} on the fork, {len(new)} new"
-    )
-    print(summary)
-    lines = [
-        "# The whole upstream unit suite (JAX, 8 CPU devices), base vs fork.",
-        "# Regenerate: make test-full TREE=upstream CHUNK=i/N and",
-        "# make test-full TREE=fork CHUNK=i/N for every i, then",
-        "# make compare-full.",
-        f"# {summary}",
+            elif line:
+                failed.add(line)
+    return {c.name for c in chunks}, failed, counts, commits, dates
+
+
+def compare():
+    """Diffs the fork's full-suite failures against the base's, in each
+    configuration run on both trees, and writes them, with their counts,
+    commits and dates, to `FULL_SUITE_RESULTS`."""
+    configs = [
+        c
+        for c in FULL_CONFIGS
+        if all(
+            list((FULL_RESULTS / c / kind).glob("chunk-*.txt"))
+            for kind in ("upstream", "fork")
+        )
     ]
-    for kind in ("upstream", "fork"):
-        chunks, failed, counts = results[kind]
-        numbers = ", ".join(f"{counts[key]} {key}" for key in COUNTED)
-        lines.append(f"{kind}: {len(chunks)} chunks, {numbers}")
-        lines += [f"{kind} FAILED {test_id}" for test_id in sorted(failed)]
+    if not configs:
+        raise ToolError(
+            f"no configuration has results for both trees in {FULL_RESULTS}; "
+            "run `make test-full TREE=upstream|fork CONFIG=... CHUNK=i/N` "
+            "first"
+        )
+    head = git(ROOT, "rev-parse", "--short", "HEAD").stdout.strip()
+    lines = [
+        "# The whole upstream unit suite, base (keras 3.15.1) vs fork",
+        "# (3.15.1 + patches/), same venv, 8 virtual CPU devices unless the",
+        "# configuration says otherwise (jax-1: 1 device; jax-4: 4 devices,",
+        "# `-m multi_device`, as upstream CI runs them).",
+        "# Regenerate: for each CONFIG, make test-full TREE=upstream and",
+        "# TREE=fork CONFIG=... CHUNK=i/N for every i, then make compare-full.",
+        f"# Written {time.strftime('%Y-%m-%d')} from shardwise {head}.",
+    ]
+    new_total = 0
+    for config in configs:
+        results = {
+            kind: _read_results(FULL_RESULTS / config / kind)
+            for kind in ("upstream", "fork")
+        }
+        if results["upstream"][0] != results["fork"][0]:
+            print(f"note: {config}: the two trees ran different chunks")
+        new = sorted(results["fork"][1] - results["upstream"][1])
+        fixed = sorted(results["upstream"][1] - results["fork"][1])
+        new_total += len(new)
+        for test_id in new:
+            print(f"[{config}] FAILS ONLY ON THE FORK {test_id}")
+        for test_id in fixed:
+            print(f"[{config}] fails only on upstream {test_id}")
+        summary = (
+            f"{config}: {len(results['upstream'][1])} failures on upstream, "
+            f"{len(results['fork'][1])} on the fork, {len(new)} new"
+        )
+        print(summary)
+        lines.append(f"# {summary}")
+        for kind in ("upstream", "fork"):
+            chunks, failed, counts, commits, dates = results[kind]
+            numbers = ", ".join(f"{counts[key]} {key}" for key in COUNTED)
+            tree_commits = ",".join(sorted(c[:12] for c in commits))
+            lines.append(
+                f"{config} {kind}: {len(chunks)} chunks, {numbers}; "
+                f"tree {tree_commits or '?'}, run {','.join(sorted(dates))}"
+            )
+        for kind in ("upstream", "fork"):
+            lines += [
+                f"{config} {kind} FAILED {test_id}"
+                for test_id in sorted(results[kind][1])
+            ]
+    missing = [c for c in FULL_CONFIGS if c not in configs]
+    if missing:
+        lines.insert(7, f"# Not run on both trees: {', '.join(missing)}")
     FULL_SUITE_RESULTS.write_text("\n".join(lines) + "\n")
     print(f"wrote {FULL_SUITE_RESULTS.name}")
-    return 1 if new else 0
+    return 1 if new_total else 0
 
 
 def main():
@@ -493,11 +570,12 @@ def main():
     parser.add_argument("command", choices=("test", "full", "compare"))
     parser.add_argument("--tree", choices=("fork", "upstream"), default="fork")
     parser.add_argument("--chunk", default="1/1")
+    parser.add_argument("--config", default="jax")
     args = parser.parse_args()
     if args.command == "test":
         return test(args.tree)
     if args.command == "full":
-        return full(args.chunk, args.tree)
+        return full(args.chunk, args.tree, args.config)
     return compare()
 
 

@@ -284,6 +284,43 @@ def test_repo_known_failures_file_parses():
         assert test_id.startswith("keras/")
 
 
+def test_compare_full_reports_each_configuration_run_on_both(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(suite, "FULL_RESULTS", tmp_path / "full")
+    monkeypatch.setattr(suite, "FULL_SUITE_RESULTS", tmp_path / "out.txt")
+    failing = {
+        ("jax", "upstream"): ["keras/a_test.py::T::test_old"],
+        ("jax", "fork"): ["keras/a_test.py::T::test_old"],
+        ("jax-4", "upstream"): [],
+        ("jax-4", "fork"): ["keras/b_test.py::T::test_new"],
+        # Run on one tree only: left out, and named as not run.
+        ("numpy", "fork"): [],
+    }
+    for (config, kind), ids in failing.items():
+        folder = tmp_path / "full" / config / kind
+        folder.mkdir(parents=True)
+        header = f"# commit {'a' * 40}\n# date 2026-12-04\n"
+        header += "".join(f"# {key} 1\n" for key in suite.COUNTED)
+        (folder / "chunk-1-of-1.txt").write_text(
+            header + "".join(f"{i}\n" for i in ids)
+        )
+    assert suite.compare() == 1
+    text = (tmp_path / "out.txt").read_text()
+    assert "# jax: 1 failures on upstream, 1 on the fork, 0 new" in text
+    assert "# jax-4: 0 failures on upstream, 1 on the fork, 1 new" in text
+    assert "jax-4 fork FAILED keras/b_test.py::T::test_new" in text
+    assert "jax fork: 1 chunks, 1 passed" in text
+    assert "tree aaaaaaaaaaaa, run 2026-12-04" in text
+    assert "# Not run on both trees: jax-1, jax-nnx, tensorflow" in text
+    assert "numpy" in text.split("Not run on both trees:")[1]
+
+
+def test_full_refuses_an_unknown_configuration():
+    with pytest.raises(ToolError, match="CONFIG must be one of"):
+        suite.full("1/1", "fork", config="jax-8")
+
+
 def _stages():
     return [
         (title, cwd, config, args, env)
