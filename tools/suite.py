@@ -105,6 +105,9 @@ HUB_SUITES = (
     "keras_hub/src/utils/preset_utils_test.py",
     "keras_hub/src/models/backbone_test.py",
     "keras_hub/src/models/task_test.py",
+    # The converters that `transformers/preset_loader.py` and
+    # `safetensor_utils.py` run (their hf:// tests skip offline).
+    "keras_hub/src/utils/transformers/convert_*_test.py",
 )
 FULL_RESULTS = BUILD / "full"
 FULL_SUITE_RESULTS = ROOT / "full-suite-results.txt"
@@ -309,14 +312,14 @@ def stages(tree, tree_kind):
             ("keras-hub tests on 16 devices", "jax-16", ROOT, [KERAS_HUB_TESTS])
         )
         hub_tests = [
-            f
-            for f in (
+            str(f.relative_to(hub.HUB_TREE))
+            for pattern in (
                 *HUB_SUITES,
                 *patched_test_files(
                     hub.HUB_TREE, hub.HUB_PATCHES, prefix="keras_hub/src/"
                 ),
             )
-            if (hub.HUB_TREE / f).exists()
+            for f in hub.HUB_TREE.glob(pattern)
         ]
         result.append(
             (
