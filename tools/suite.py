@@ -16,7 +16,9 @@ said otherwise:
   3. tensorflow, torch and numpy over `BACKEND_SUITES`;
   4. the project's own tests (`tools/tests`, `benchmarks/tests`,
      `integration_tests`), on the fork only, then the keras-hub tests
-     again on 16 devices.
+     again on 16 devices, and upstream's keras-hub tests of what
+     `patches-hub/` changes with the series' own (`HUB_SUITES`) on
+     `build/keras-hub`, on 8 devices and on 1.
 Failures listed in `known-failures.txt` are tolerated, on the base tree and
 on the fork alike; any other failure fails the run. Tests skipped because
 an upstream fixture is missing from the sdist are counted apart.
@@ -321,14 +323,15 @@ def stages(tree, tree_kind):
             )
             for f in hub.HUB_TREE.glob(pattern)
         ]
-        result.append(
-            (
-                "keras-hub 0.32.0 + patches-hub/",
-                "jax",
-                hub.HUB_TREE,
-                sorted(set(hub_tests)),
+        for config in ("jax", "jax-1"):
+            result.append(
+                (
+                    "keras-hub 0.32.0 + patches-hub/",
+                    config,
+                    hub.HUB_TREE,
+                    sorted(set(hub_tests)),
+                )
             )
-        )
     return [
         (title, config, cwd, args, _config_env(config, tree, cwd))
         for title, config, cwd, args in result
