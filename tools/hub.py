@@ -19,7 +19,6 @@ Usage:
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tools import check_series
 from tools import export as export_lib
 from tools import tree as tree_lib
 from tools import upstream
+from tools import wheel as wheel_lib
 from tools.common import BUILD
 from tools.common import ROOT
 from tools.common import TEST_ENV
@@ -138,53 +138,31 @@ def materialize(dest=HUB_TREE, patches_dir=HUB_PATCHES):
     return names
 
 
+def _drop_tree_files(src):
+    """The tree's package file and the series' test files: keras-hub's
+    sdist, and so its wheel, has no `*_test.py`."""
+    (src / "keras_hub" / "__init__.py").unlink()
+    for test in src.glob("keras_hub/src/**/*_test.py"):
+        test.unlink()
+
+
 def build_wheel_from_tree(tree, num_patches, dist):
     """Builds the wheel of `tree`'s HEAD, keras-hub 0.32.0 plus
     `num_patches` patches on a base built `with_tests=False`, as
     `keras_hub-0.32.0+shardwise.N-*.whl` into the folder `dist`, with the
     sdist's own build backend; returns its path. It holds what keras-hub's
-    own wheel holds: the tree's `keras_hub/__init__.py` is left out."""
-    pin = upstream.read_pin(HUB_PIN)
-    version = f"{pin['version']}+shardwise.{num_patches}"
-    dist = Path(dist)
-    dist.mkdir(parents=True, exist_ok=True)
+    own wheel holds, with the patches' changes and without their tests."""
     if (Path(tree) / "conftest.py").exists():
         raise ToolError(f"{tree} holds upstream's tests: build it bare")
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "keras-hub-src"
-        src.mkdir()
-        archive = subprocess.run(
-            ["git", "-C", str(tree), "archive", "HEAD"],
-            capture_output=True,
-            check=True,
-        ).stdout
-        subprocess.run(["tar", "x", "-C", src], input=archive, check=True)
-        (src / "keras_hub" / "__init__.py").unlink()
-        version_file = src / "keras_hub" / "src" / "version.py"
-        text = version_file.read_text()
-        pinned = f'__version__ = "{pin["version"]}"'
-        if pinned not in text:
-            raise ToolError(f"{version_file} does not contain `{pinned}`")
-        version_file.write_text(
-            text.replace(pinned, f'__version__ = "{version}"')
-        )
-        run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "-q",
-                "--no-deps",
-                "--no-build-isolation",
-                "-w",
-                dist,
-                src,
-            ],
-            capture=True,
-        )
-    (wheel,) = dist.glob(f"keras_hub-{version}-*.whl")
-    return wheel
+    Path(dist).mkdir(parents=True, exist_ok=True)
+    return wheel_lib.build_from_tree(
+        tree,
+        num_patches,
+        upstream.read_pin(HUB_PIN),
+        dist,
+        package="keras_hub",
+        drop=_drop_tree_files,
+    )
 
 
 def build_wheel(dist, scratch=HUB_SCRATCH):

@@ -20,7 +20,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tools import hub
 from tools.common import ROOT
 from tools.common import TREE
 from tools.common import ToolError
@@ -55,14 +54,31 @@ def build(tree=TREE, dist=DIST, next_base=False):
     return build_from_tree(tree, len(names), pin, dist)
 
 
-def build_from_tree(tree, num_patches, pin, dist):
+def drop_harness(src):
+    """Removes from the unpacked Keras tree `src` what is for the
+    development tree only: the harness, the tests, their fixtures."""
+    (src / "conftest.py").unlink()
+    (src / "keras" / "__init__.py").unlink()
+    for test in src.glob("keras/src/**/*_test.py"):
+        test.unlink()
+    shutil.rmtree(
+        src / "keras" / "src" / "saving" / "test_data", ignore_errors=True
+    )
+
+
+def build_from_tree(
+    tree, num_patches, pin, dist, package="keras", drop=drop_harness
+):
     """Builds the wheel of `tree`'s HEAD, the base plus `num_patches`
-    patches, into the folder `dist`; returns its path."""
+    patches, into the folder `dist`, with the tree's own build backend;
+    returns its path. `package` is the import name whose
+    `src/version.py` gets the local version; `drop(src)` removes what the
+    wheel must not hold from the unpacked tree `src`."""
     version = local_version(num_patches, pin)
     project = pin["name"].replace("-", "_")
     dist = Path(dist)
     with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "keras-src"
+        src = Path(tmp) / "src"
         src.mkdir()
         archive = subprocess.run(
             ["git", "-C", tree, "archive", "HEAD"],
@@ -70,15 +86,8 @@ def build_from_tree(tree, num_patches, pin, dist):
             check=True,
         ).stdout
         subprocess.run(["tar", "x", "-C", src], input=archive, check=True)
-        # The harness is for the development tree only.
-        (src / "conftest.py").unlink()
-        (src / "keras" / "__init__.py").unlink()
-        for test in src.glob("keras/src/**/*_test.py"):
-            test.unlink()
-        shutil.rmtree(
-            src / "keras" / "src" / "saving" / "test_data", ignore_errors=True
-        )
-        version_file = src / "keras" / "src" / "version.py"
+        drop(src)
+        version_file = src / package / "src" / "version.py"
         text = version_file.read_text()
         pinned = f'__version__ = "{pin["version"]}"'
         if pinned not in text:
@@ -162,6 +171,8 @@ def main():
     args = parser.parse_args()
     wheel = build()
     print(f"built {wheel.relative_to(ROOT)}")
+    from tools import hub
+
     hub_wheel = hub.build_wheel(DIST)
     print(f"built {hub_wheel.relative_to(ROOT)}")
     if args.verify:
