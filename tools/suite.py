@@ -530,6 +530,7 @@ def compare():
         f"# Written {time.strftime('%Y-%m-%d')} from shardwise {head}.",
     ]
     new_total = 0
+    known = read_known_failures()
     for config in configs:
         results = {
             kind: _read_results(FULL_RESULTS / config / kind)
@@ -544,9 +545,15 @@ def compare():
             print(f"[{config}] FAILS ONLY ON THE FORK {test_id}")
         for test_id in fixed:
             print(f"[{config}] fails only on upstream {test_id}")
+        listed = [t for t in new if is_known(config, t, known)]
         summary = (
             f"{config}: {len(results['upstream'][1])} failures on upstream, "
             f"{len(results['fork'][1])} on the fork, {len(new)} new"
+            + (
+                f" ({len(listed)} of them flaky, in known-failures.txt)"
+                if listed
+                else ""
+            )
         )
         print(summary)
         lines.append(f"# {summary}")
