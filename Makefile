@@ -118,8 +118,8 @@ device-check: tree ## Load, init and tests on one device: table + JSON
 		--fork build/keras --out benchmarks/results/device-check.json
 
 lint: venv ## ruff on the project's own code
-	$(PY) -m ruff check tools integration_tests benchmarks
-	$(PY) -m ruff format --check tools integration_tests benchmarks
+	$(PY) -m ruff check tools integration_tests benchmarks hub
+	$(PY) -m ruff format --check tools integration_tests benchmarks hub
 
 clean: ## Remove dist/ and scratch trees (keeps build/keras and its commits)
 	rm -rf dist build/check-series build/check-series-next \
