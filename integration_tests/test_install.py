@@ -95,6 +95,20 @@ def _series_length(head, folder):
     return len([n for n in series if n.strip() and not n.startswith("#")])
 
 
+def _run_in(venv_python, args, cwd, env):
+    """Runs `venv_python args...` in `cwd`; fails the test with its
+    output unless it exits with 0."""
+    result = subprocess.run(
+        [venv_python, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """A fresh venv with the README's install of the committed HEAD:
@@ -117,9 +131,9 @@ def installed(tmp_path_factory):
     # The README's command, with jax and Keras's dependencies constrained
     # to the versions of requirements.txt. pip 23 wants a host in a named
     # URL: `file://localhost/...`.
-    install = subprocess.run(
+    _run_in(
+        python,
         [
-            python,
             "-m",
             "pip",
             "install",
@@ -129,26 +143,16 @@ def installed(tmp_path_factory):
             "-c",
             ROOT / "requirements.txt",
         ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+        tmp_path,
+        env,
     )
-    assert install.returncode == 0, install.stdout + install.stderr
     return python, env, head, tmp_path
 
 
 def test_pip_install_of_the_repository_loads_a_sharded_model(installed):
     python, env, head, tmp_path = installed
     (tmp_path / "check.py").write_text(CHECK)
-    check = subprocess.run(
-        [python, "check.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert check.returncode == 0, check.stdout + check.stderr
+    check = _run_in(python, ["check.py"], tmp_path, env)
     # N: the number of patches in HEAD's series.
     n = _series_length(head, "patches")
     assert check.stdout.split()[-1] == f"3.15.1+shardwise.{n}"
@@ -167,9 +171,9 @@ def test_pip_install_of_hub_loads_a_preset_sharded(installed):
         if line.lower().startswith(wanted)
     ]
     assert len(pins) == len(wanted), pins
-    install = subprocess.run(
+    _run_in(
+        python,
         [
-            python,
             "-m",
             "pip",
             "install",
@@ -178,20 +182,10 @@ def test_pip_install_of_hub_loads_a_preset_sharded(installed):
             f"keras-hub @ git+file://localhost{ROOT}@{head}#subdirectory=hub",
             *pins,
         ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+        tmp_path,
+        env,
     )
-    assert install.returncode == 0, install.stdout + install.stderr
     (tmp_path / "check_hub.py").write_text(HUB_CHECK)
-    check = subprocess.run(
-        [python, "check_hub.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert check.returncode == 0, check.stdout + check.stderr
+    check = _run_in(python, ["check_hub.py"], tmp_path, env)
     n = _series_length(head, "patches-hub")
     assert check.stdout.split()[-1] == f"0.32.0+shardwise.{n}"
