@@ -1,7 +1,7 @@
 """Two ways to quantize a sharded kernel to int8, side by side.
 
 The series computes each device's int8 shard from its float shard on the
-host (`abs_max_quantize(to_numpy=True)`, 0009); the other way is one
+host (`abs_max_quantize(to_numpy=True)`, 0010); the other way is one
 `jax.jit` with the result's sharding. Prints, for each, the busiest
 device's bytes over its float shard, the time, and whether the codes and
 scales are equal.

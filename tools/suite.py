@@ -79,8 +79,8 @@ NNX_SUITES = (
 OTHER_BACKENDS = ("tensorflow", "torch", "numpy")
 BACKEND_SUITES = (
     "keras/src/backend/common",
-    # The initializers and layers the series changes (0006, 0007, 0009,
-    # 0014); the rest of `layers/core` runs on JAX only.
+    # The initializers and layers the series changes (0007, 0008, 0010,
+    # 0015); the rest of `layers/core` runs on JAX only.
     "keras/src/initializers",
     "keras/src/layers/core/dense_test.py",
     "keras/src/layers/core/einsum_dense_test.py",
@@ -92,7 +92,7 @@ BACKEND_SUITES = (
 )
 PROJECT_TESTS = ("tools/tests", "benchmarks/tests", "integration_tests")
 # Test files beside a changed file that never reach the change: GPTQ and
-# AWQ do not call `abs_max_quantize()` (0009), and take 4 min here.
+# AWQ do not call `abs_max_quantize()` (0010), and take 4 min here.
 UNREACHED_TESTS = (
     "keras/src/quantizers/awq_test.py",
     "keras/src/quantizers/gptq_core_test.py",
