@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 TREE = Path(
     os.environ.get(
         "SHARDWISE_TREE",
@@ -17,3 +19,14 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 if str(TREE) not in sys.path:
     sys.path.insert(0, str(TREE))
+
+
+@pytest.fixture(scope="module")
+def trees():
+    """The tree under test and Keras 3.15.1's, materialized beside it."""
+    from tools import tree as tree_lib
+    from tools.common import BUILD
+
+    upstream = BUILD / "keras-upstream"
+    tree_lib.materialize(upstream, base_only=True)
+    return {"fork": TREE, "upstream": upstream}

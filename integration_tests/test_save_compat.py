@@ -5,21 +5,11 @@ and `.keras`, of a model sharded over 8 CPU devices (`compat.py`)."""
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from integration_tests.conftest import TREE
-from tools import tree as tree_lib
-from tools.common import BUILD
-
-UPSTREAM = BUILD / "keras-upstream"
-ROOT = TREE.parent.parent
-
-
-@pytest.fixture(scope="module")
-def trees():
-    tree_lib.materialize(UPSTREAM, base_only=True)
-    return {"fork": TREE, "upstream": UPSTREAM}
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(tree, command, folder):

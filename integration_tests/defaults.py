@@ -1,0 +1,90 @@
+"""What a model outside any `keras.distribution` does, with the Keras on
+PYTHONPATH: bytes written and read by its saves and loads, its seeded
+initial values and the error of a mismatched load, printed as JSON.
+
+Usage (`test_defaults.py` runs it, once with each tree):
+  python -m integration_tests.defaults DIR
+"""
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def io_counter(name):
+    """`rchar` or `wchar` of this process: bytes read or written by system
+    calls, page cache or not."""
+    with open("/proc/self/io") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key == name:
+                return int(value)
+    raise RuntimeError(f"no {name} in /proc/self/io")
+
+
+def counted(name, function):
+    before = io_counter(name)
+    function()
+    return io_counter(name) - before
+
+
+def build(units=4096, seed=1):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [
+            keras.Input((2048,)),
+            keras.layers.Dense(units, name="dense"),
+            keras.layers.Dense(8, name="head", kernel_initializer="he_normal"),
+        ]
+    )
+
+
+def main(folder):
+    folder = Path(folder)
+    # Imports that the first save and load make, outside the counts.
+    small = build(units=8)
+    small.save(folder / "small.keras")
+    keras.saving.load_model(folder / "small.keras")
+    small.save_weights(folder / "small.weights.h5")
+    small.load_weights(folder / "small.weights.h5")
+    small.load_weights(folder / "small.keras")
+
+    model = build()
+    keras_file = folder / "model.keras"
+    h5_file = folder / "model.weights.h5"
+    result = {
+        "save": counted("wchar", lambda: model.save(keras_file)),
+        "save_weights": counted("wchar", lambda: model.save_weights(h5_file)),
+        "load_model": counted(
+            "rchar", lambda: keras.saving.load_model(keras_file)
+        ),
+        "load_weights_h5": counted(
+            "rchar", lambda: model.load_weights(h5_file)
+        ),
+        "load_weights_keras": counted(
+            "rchar", lambda: model.load_weights(keras_file)
+        ),
+        "keras_file_bytes": keras_file.stat().st_size,
+        "h5_file_bytes": h5_file.stat().st_size,
+        "initial_values": [
+            hashlib.sha256(np.asarray(w).tobytes()).hexdigest()
+            for w in build().weights
+        ],
+    }
+    try:
+        build(units=16).load_weights(h5_file)
+    except Exception as e:
+        result["mismatch_error"] = [type(e).__name__, str(e)]
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
