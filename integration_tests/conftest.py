@@ -3,6 +3,7 @@
 8 virtual CPU devices (as `make test` does)."""
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,3 +31,25 @@ def trees():
     upstream = BUILD / "keras-upstream"
     tree_lib.materialize(upstream, base_only=True)
     return {"fork": TREE, "upstream": upstream}
+
+
+def run_in_tree(tree, module, *args):
+    """Runs `python -m integration_tests.MODULE ARGS` with `tree`'s Keras on
+    8 CPU devices; returns its standard output."""
+    root = Path(__file__).resolve().parent.parent
+    env = dict(
+        os.environ,
+        KERAS_BACKEND="jax",
+        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+        PYTHONPATH=os.pathsep.join([str(tree), str(root)]),
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", f"integration_tests.{module}", *map(str, args)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout

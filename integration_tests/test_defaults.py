@@ -5,33 +5,15 @@ first (`load_weights()` of a `.keras` file reads the weights member once
 more, for its CRC-32). `defaults.py` measures each tree."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from integration_tests.conftest import run_in_tree
 
 
 def measure(tree, folder):
-    env = dict(
-        os.environ,
-        KERAS_BACKEND="jax",
-        XLA_FLAGS="--xla_force_host_platform_device_count=8",
-        PYTHONPATH=os.pathsep.join([str(tree), str(ROOT)]),
-    )
-    result = subprocess.run(
-        [sys.executable, "-m", "integration_tests.defaults", folder],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    output = run_in_tree(tree, "defaults", folder)
+    return json.loads(output.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
