@@ -193,6 +193,8 @@ def worker_init(spec):
     import keras_hub
 
     class_name, config = SIZES[spec["size"]][1][spec["model"]]
+    if spec.get("layers"):
+        config = {**config, "num_layers": spec["layers"]}
     backbone_class = getattr(keras_hub.models, class_name)
     compiles = []
 
@@ -213,6 +215,7 @@ def worker_init(spec):
         backbone = backbone_class(dtype="bfloat16", **config)
         jax.block_until_ready([w.value for w in backbone.weights])
     result.update(
+        num_layers=config["num_layers"],
         seconds=time.perf_counter() - start,
         compile_seconds=sum(compiles),
         compilations=len(compiles),
@@ -221,7 +224,14 @@ def worker_init(spec):
     return result
 
 
+def worker_platform(spec):
+    import jax
+
+    return {"platform": jax.local_devices()[0].platform}
+
+
 WORKERS = {
+    "platform": worker_platform,
     "write": worker_write,
     "load": worker_load,
     "floors": worker_floors,
@@ -334,6 +344,17 @@ def ratio(result, key, over):
 
 def table(results):
     lines = []
+    if "load" in results:
+        lines += load_table(results)
+    if "init" in results:
+        lines += init_table(results)
+    if "tests" in results:
+        lines += tests_table(results)
+    return "\n".join(lines)
+
+
+def load_table(results):
+    lines = []
     load, floors = results["load"], results["floors"]
     floor = max(floors.get("read_seconds", 0), floors.get("copy_seconds", 0))
     lines.append(
@@ -351,9 +372,14 @@ def table(results):
             f"{ratio(result, 'peak_bytes', result['weights_bytes']):>12}  "
             f"{result['seconds']:7.2f}  {ratio(result, 'seconds', floor):>10}"
         )
+    return lines
+
+
+def init_table(results):
+    lines = []
     lines.append("2. building in keras-hub's layout (bfloat16)")
     lines.append(
-        "   model       tree      seconds  compiling  compilations  "
+        "   model       tree     layers  seconds  compiling  compilations  "
         "peak/weights"
     )
     for key, result in results["init"].items():
@@ -362,11 +388,17 @@ def table(results):
             lines.append(f"   {model:11} {tree:8} failed")
             continue
         lines.append(
-            f"   {model:11} {tree:8} {result['seconds']:8.2f}  "
+            f"   {model:11} {tree:8} {result['num_layers']:6d} "
+            f"{result['seconds']:8.2f}  "
             f"{result['compile_seconds']:9.2f}  "
             f"{result['compilations']:12d}  "
             f"{ratio(result, 'peak_bytes', result['weights_bytes']):>12}"
         )
+    return lines
+
+
+def tests_table(results):
+    lines = []
     tests = results["tests"]
     counts = ", ".join(f"{n} {k}" for k, n in tests.get("counts", {}).items())
     lines.append(f"3. the series' multi-device tests: {counts or tests}")
@@ -377,7 +409,7 @@ def table(results):
         )
     for test_id in tests.get("failed_only_here", tests.get("failed", [])):
         lines.append(f"   FAILED {test_id}")
-    return "\n".join(lines)
+    return lines
 
 
 def main():
@@ -393,6 +425,12 @@ def main():
     parser.add_argument("--timeout", type=int, default=150)
     # The whole run: what is left when it ends is reported as skipped.
     parser.add_argument("--budget", type=int, default=480)
+    # Fewer layers for the `init` models, for a device whose memory holds
+    # less than the whole model (the compilations do not change: every
+    # layer has the same shapes).
+    parser.add_argument("--init-layers", type=int)
+    # Which checks to run, for a machine whose commands are time-limited.
+    parser.add_argument("--checks", default="load,init,tests")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(WORKERS[args.worker](json.loads(args.spec))))
@@ -413,42 +451,57 @@ def main():
             text=True,
         )
         size = "tiny" if probe.stdout.strip() in ("cpu", "") else "full"
+    checks = set(args.checks.split(","))
     preset = str(workdir / "preset")
-    spec = {"size": size, "preset": preset}
-    written = run_worker("write", spec, args.fork, site, left(args.timeout))
-    if "error" in written:
-        raise SystemExit(f"writing the preset failed: {written['error']}")
-    results = {"size": size, "preset_bytes": written["bytes"], "load": {}}
-    for name, tree, deferred in (
-        ("3.15.1", args.upstream, False),
-        ("fork", args.fork, False),
-        ("fork, deferred", args.fork, True),
-    ):
-        results["load"][name] = run_worker(
-            "load",
-            {**spec, "deferred": deferred},
-            tree,
-            site,
-            left(args.timeout),
-        )
-    results["floors"] = run_worker("floors", spec, args.fork, site, left(60))
-    results["init"] = {}
-    for model in SIZES[size][1]:
-        for name, tree in (("3.15.1", args.upstream), ("fork", args.fork)):
-            results["init"][f"{model} / {name}"] = run_worker(
-                "init", {**spec, "model": model}, tree, site, left(args.timeout)
+    spec = {"size": size, "preset": preset, "layers": args.init_layers}
+    results = {"size": size}
+    if "load" in checks:
+        written = run_worker("write", spec, args.fork, site, left(args.timeout))
+        if "error" in written:
+            raise SystemExit(f"writing the preset failed: {written['error']}")
+        results["preset_bytes"] = written["bytes"]
+        results["load"] = {}
+        for name, tree, deferred in (
+            ("3.15.1", args.upstream, False),
+            ("fork", args.fork, False),
+            ("fork, deferred", args.fork, True),
+        ):
+            results["load"][name] = run_worker(
+                "load",
+                {**spec, "deferred": deferred},
+                tree,
+                site,
+                left(args.timeout),
             )
-    files = TINY_TESTS if size == "tiny" else TEST_FILES
-    tests = run_tests(args.fork, site, files, left(2 * args.timeout))
-    results["tests"] = tests
-    if results["load"]["fork"].get("platform", "cpu") != "cpu":
-        # On one CPU device, for the tests that cannot pass on one device
-        # (meshes of 2 rows, layouts that must shard).
-        cpu = run_tests(args.fork, site, files, left(2 * args.timeout), "cpu")
-        tests["failed_on_one_cpu_device"] = cpu.get("failed")
-        tests["failed_only_here"] = sorted(
-            set(tests.get("failed", [])) - set(cpu.get("failed", []))
+        results["floors"] = run_worker(
+            "floors", spec, args.fork, site, left(60)
         )
+    if "init" in checks:
+        results["init"] = {}
+        for model in SIZES[size][1]:
+            for name, tree in (("3.15.1", args.upstream), ("fork", args.fork)):
+                results["init"][f"{model} / {name}"] = run_worker(
+                    "init",
+                    {**spec, "model": model},
+                    tree,
+                    site,
+                    left(args.timeout),
+                )
+    if "tests" in checks:
+        files = TINY_TESTS if size == "tiny" else TEST_FILES
+        tests = run_tests(args.fork, site, files, left(2 * args.timeout))
+        results["tests"] = tests
+        probe = run_worker("platform", spec, args.fork, site, left(60))
+        if probe.get("platform", "cpu") != "cpu":
+            # On one CPU device, for the tests that cannot pass on one
+            # device (meshes of 2 rows, layouts that must shard).
+            cpu = run_tests(
+                args.fork, site, files, left(2 * args.timeout), "cpu"
+            )
+            tests["failed_on_one_cpu_device"] = cpu.get("failed")
+            tests["failed_only_here"] = sorted(
+                set(tests.get("failed", [])) - set(cpu.get("failed", []))
+            )
     results["seconds"] = time.perf_counter() - start
     print(table(results))
     print(f"total {results['seconds']:.0f} s")

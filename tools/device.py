@@ -1,15 +1,17 @@
 """Fills `build/device/` with what `make device-check` needs on a machine
 without network (`make device-wheels`): the wheels of the pure-Python and
-small packages that the accelerator machine may lack, for Python 3.12 on
-x86-64 Linux, and the two Keras trees (3.15.1 and the fork) without their
-git history. Checks that all of it stays under `LIMIT_BYTES`, what one
-run of the accelerator machine carries.
+small packages that the accelerator machine may lack, for x86-64 Linux
+and the machine's Python (`PYTHON_VERSION`, 3.12 on the GPU machine,
+3.11 on the TPU machine), and the two Keras trees (3.15.1 and the fork)
+without their git history. Checks that all of it stays under
+`LIMIT_BYTES`, what one run of the accelerator machine carries.
 
 On that machine:
   python -m benchmarks.device_check --upstream build/device/upstream \\
       --fork build/device/fork --wheels build/device/wheels --out FILE
 """
 
+import os
 import shutil
 import sys
 
@@ -21,11 +23,12 @@ from tools.common import run
 
 DEVICE = BUILD / "device"
 LIMIT_BYTES = 64 * 2**20
-# keras and keras-hub's own dependencies (not JAX, NumPy, h5py or
-# ml_dtypes, which the machine has), and pytest, at the versions that
-# requirements.txt and requirements-test.txt pin.
+# keras and keras-hub's own dependencies (not JAX, NumPy or ml_dtypes,
+# which the machine has; h5py, which the TPU machine lacks), and pytest, at
+# the versions that requirements.txt and requirements-test.txt pin.
 WHEELS = [
     "keras-hub",
+    "h5py",
     "regex",
     "tokenizers",
     "sentencepiece",
@@ -63,11 +66,12 @@ def size(path):
 
 
 def main():
+    python_version = os.environ.get("PYTHON_VERSION") or "3.12"
     shutil.rmtree(DEVICE, ignore_errors=True)
     wheels = DEVICE / "wheels"
     run(
         [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
-        + ["--only-binary=:all:", "--python-version", "3.12"]
+        + ["--only-binary=:all:", "--python-version", python_version]
         + ["--platform", "manylinux_2_28_x86_64"]
         + ["--platform", "manylinux_2_17_x86_64", "--platform", "any"]
         + ["-d", str(wheels), *pinned(WHEELS)]
