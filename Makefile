@@ -108,7 +108,7 @@ plan: tree ## Per-device memory plan of Llama-3-8B/70B, Gemma-7B on 8 devices
 	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=8 \
 		PYTHONPATH=build/keras $(PY) -m tools.plan
 
-device-wheels: tree ## Wheels and both trees for a GPU run, in build/device/
+device-wheels: tree ## Wheels and both trees for an accelerator run, in build/device/
 	$(PY) -m tools.tree build/keras-upstream --base-only
 	$(PY) -m tools.device
 

@@ -431,6 +431,8 @@ def main():
     parser.add_argument("--init-layers", type=int)
     # Which checks to run, for a machine whose commands are time-limited.
     parser.add_argument("--checks", default="load,init,tests")
+    # Which `init` models to build (comma-separated; default all).
+    parser.add_argument("--models")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(WORKERS[args.worker](json.loads(args.spec))))
@@ -478,7 +480,10 @@ def main():
         )
     if "init" in checks:
         results["init"] = {}
-        for model in SIZES[size][1]:
+        models = SIZES[size][1]
+        if args.models:
+            models = [m for m in models if m in args.models.split(",")]
+        for model in models:
             for name, tree in (("3.15.1", args.upstream), ("fork", args.fork)):
                 results["init"][f"{model} / {name}"] = run_worker(
                     "init",
