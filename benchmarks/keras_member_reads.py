@@ -29,7 +29,6 @@ import zipfile
 
 import h5py
 import numpy as np
-
 from keras.src.saving import saving_lib
 
 
