@@ -123,4 +123,4 @@ lint: venv ## ruff on the project's own code
 
 clean: ## Remove dist/ and scratch trees (keeps build/keras and its commits)
 	rm -rf dist build/check-series build/check-series-next \
-		build/check-series-hub build/full build/keras-upstream
+		build/check-series-hub build/keras-upstream

@@ -25,7 +25,8 @@ an upstream fixture is missing from the sdist are counted apart.
 
 `full --chunk i/N --config CONFIG` runs one deterministic chunk of the
 whole upstream unit suite in one configuration of `FULL_CONFIGS` and writes
-its failing test ids to `build/full/CONFIG/TREE/`; `compare` diffs the
+its failing test ids to `full-results/CONFIG/TREE/` (committed, so that a
+configuration can be run in chunks over several sessions); `compare` diffs the
 fork's failures against the base's in every configuration run on both.
 
 Usage: python -m tools.suite test|full|compare [--tree fork|upstream]
@@ -111,7 +112,8 @@ HUB_SUITES = (
     # `safetensor_utils.py` run (their hf:// tests skip offline).
     "keras_hub/src/utils/transformers/convert_*_test.py",
 )
-FULL_RESULTS = BUILD / "full"
+# Committed: a configuration takes about an hour per tree on 2 cores.
+FULL_RESULTS = ROOT / "full-results"
 FULL_SUITE_RESULTS = ROOT / "full-suite-results.txt"
 COUNTED = ("passed", "failed", "skipped", "errors", "seconds")
 # Test modules whose test ids contain memory addresses, which differ between
