@@ -365,11 +365,11 @@ def _int8_from_preset(args, state):
 
 
 def _int8_from_hf(args, state):
-    """A bfloat16 Hugging Face Llama as an int8 model. With the fork and
-    `patches-hub/`, `from_preset(..., dtype="int8_from_bfloat16")`
-    quantizes each layer as the converter assigns its float weights; on
-    upstream, where that raises as on keras-hub 0.32.0, load in bfloat16,
-    then quantize."""
+    """A bfloat16 Hugging Face Llama (or Keras preset) as an int8 model.
+    With the fork and `patches-hub/`, `from_preset(...,
+    dtype="int8_from_bfloat16")` quantizes each layer as its float weights
+    are assigned; on upstream, where that raises as on keras-hub 0.32.0,
+    load in bfloat16, then quantize."""
     import keras_hub
 
     path = str(Path(args.data) / args.family)
@@ -833,6 +833,12 @@ SCENARIOS = {
         None,
         _int8_from_hf,
         "llama_hf_bf16",
+    ),
+    "hub_keras_preset_llama_int8": (
+        "llama_bf16",
+        None,
+        _int8_from_hf,
+        "llama_bf16",
     ),
     "read_new_memory_embedding": (
         "embedding",
