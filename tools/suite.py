@@ -44,7 +44,6 @@ from pathlib import Path
 from tools import check_series
 from tools import hub
 from tools.common import BASE_TREE
-from tools.common import BUILD
 from tools.common import KNOWN_FAILURES
 from tools.common import PATCHES
 from tools.common import ROOT
