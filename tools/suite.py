@@ -466,7 +466,10 @@ def full(chunk, tree_kind, config="jax"):
     out = FULL_RESULTS / config / tree_kind / f"chunk-{index}-of-{total}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     commit = git(tree, "rev-parse", "HEAD").stdout.strip()
-    header = f"# commit {commit}\n# date {time.strftime('%Y-%m-%d')}\n"
+    # The tree's content: a later change to commit messages alone keeps it.
+    content = git(tree, "rev-parse", "HEAD^{tree}").stdout.strip()
+    header = f"# commit {commit}\n# content {content}\n"
+    header += f"# date {time.strftime('%Y-%m-%d')}\n"
     header += "".join(f"# {key} {counts[key]}\n" for key in COUNTED)
     out.write_text(header + "".join(f"{t}\n" for t in sorted(failed)))
     print(f"wrote {len(failed)} failing test ids to {out}")
@@ -481,11 +484,12 @@ def full(chunk, tree_kind, config="jax"):
 
 def _read_results(folder):
     """The chunks of one tree in one configuration: (chunk names, failed
-    ids, counts, commits, dates)."""
+    ids, counts, commits, dates, contents)."""
     counts = dict.fromkeys(COUNTED, 0)
     failed = set()
     commits = set()
     dates = set()
+    contents = set()
     chunks = sorted(Path(folder).glob("chunk-*.txt"))
     for chunk in chunks:
         for line in chunk.read_text().splitlines():
@@ -495,11 +499,26 @@ def _read_results(folder):
                     commits.add(value)
                 elif key == "date":
                     dates.add(value)
+                elif key == "content":
+                    contents.add(value)
                 else:
                     counts[key] += int(value)
             elif line:
                 failed.add(line)
-    return {c.name for c in chunks}, failed, counts, commits, dates
+    return {c.name for c in chunks}, failed, counts, commits, dates, contents
+
+
+def _is_current(commits, contents):
+    """Whether fork results were all run on the series now in `TREE`: the
+    same content (commit messages may have changed since), or, for results
+    that predate the content line, the same commit."""
+    if not TREE.is_dir():
+        return None
+    head = git(TREE, "rev-parse", "HEAD").stdout.strip()
+    head_content = git(TREE, "rev-parse", "HEAD^{tree}").stdout.strip()
+    if contents:
+        return contents == {head_content}
+    return commits == {head}
 
 
 def compare():
@@ -559,13 +578,22 @@ def compare():
         print(summary)
         lines.append(f"# {summary}")
         for kind in ("upstream", "fork"):
-            chunks, failed, counts, commits, dates = results[kind]
+            chunks, failed, counts, commits, dates, contents = results[kind]
             numbers = ", ".join(f"{counts[key]} {key}" for key in COUNTED)
             tree_commits = ",".join(sorted(c[:12] for c in commits))
-            lines.append(
+            line = (
                 f"{config} {kind}: {len(chunks)} chunks, {numbers}; "
                 f"tree {tree_commits or '?'}, run {','.join(sorted(dates))}"
             )
+            if kind == "fork":
+                current = _is_current(commits, contents)
+                if current is not None:
+                    line += (
+                        "; the current series"
+                        if current
+                        else "; NOT the current series"
+                    )
+            lines.append(line)
         for kind in ("upstream", "fork"):
             lines += [
                 f"{config} {kind} FAILED {test_id}"
