@@ -240,7 +240,8 @@ def run_pytest(args, cwd, env=None):
             failed.add(re.sub(r"0x[0-9a-f]+", "0x", match.group(2)))
         if line.startswith("SKIPPED") and MISSING_FIXTURE in line:
             no_fixture.append(line.split(f"{MISSING_FIXTURE}: ")[-1].strip())
-        if line.strip():
+        # pytest's summary line; TensorFlow can log to stderr after it.
+        if re.search(r"\d+ \w+.* in [\d.]+s", line):
             last = line
     proc.wait()
     for number, outcome in re.findall(r"(\d+) (\w+)", last):
