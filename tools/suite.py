@@ -509,6 +509,16 @@ def _read_results(folder):
     return {c.name for c in chunks}, failed, counts, commits, dates, contents
 
 
+def _complete(folder):
+    """Whether `folder` holds every chunk i of N for some N."""
+    names = {p.name for p in Path(folder).glob("chunk-*-of-*.txt")}
+    totals = {name.split("-of-")[1].split(".")[0] for name in names}
+    return any(
+        names >= {f"chunk-{i}-of-{n}.txt" for i in range(1, int(n) + 1)}
+        for n in totals
+    )
+
+
 def _is_current(commits, contents):
     """Whether fork results were all run on the series now in `TREE`: the
     same content (commit messages may have changed since), or, for results
@@ -530,8 +540,7 @@ def compare():
         c
         for c in FULL_CONFIGS
         if all(
-            list((FULL_RESULTS / c / kind).glob("chunk-*.txt"))
-            for kind in ("upstream", "fork")
+            _complete(FULL_RESULTS / c / kind) for kind in ("upstream", "fork")
         )
     ]
     if not configs:
@@ -602,7 +611,7 @@ def compare():
             ]
     missing = [c for c in FULL_CONFIGS if c not in configs]
     if missing:
-        lines.insert(7, f"# Not run on both trees: {', '.join(missing)}")
+        lines.insert(7, f"# Not run whole on both trees: {', '.join(missing)}")
     FULL_SUITE_RESULTS.write_text("\n".join(lines) + "\n")
     print(f"wrote {FULL_SUITE_RESULTS.name}")
     return 1 if new_total else 0
