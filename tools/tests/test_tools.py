@@ -313,7 +313,7 @@ def test_compare_full_reports_each_configuration_run_on_both(
     assert "jax fork: 1 chunks, 1 passed" in text
     assert "tree aaaaaaaaaaaa, run 2026-12-04" in text
     assert "# Not run whole on both trees: jax-1, jax-nnx, tensorflow" in text
-    assert "numpy" in text.split("Not run on both trees:")[1]
+    assert "numpy" in text.split("Not run whole on both trees:")[1]
 
 
 def test_full_refuses_an_unknown_configuration():
