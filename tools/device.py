@@ -1,9 +1,9 @@
 """Fills `build/device/` with what `make device-check` needs on a machine
 without network (`make device-wheels`): the wheels of the pure-Python and
 small packages that the accelerator machine may lack, for x86-64 Linux
-and the machine's Python (`PYTHON_VERSION`, 3.12 on the GPU machine,
-3.11 on the TPU machine), and the two Keras trees (3.15.1 and the fork)
-without their git history. Checks that all of it stays under
+and the machine's Python (`PYTHON_VERSION`: 3.11, the TPU machine's,
+unless set; 3.12 on the GPU machine), and the two Keras trees (3.15.1
+and the fork) without their git history. Checks that all of it stays under
 `LIMIT_BYTES`, what one run of the accelerator machine carries.
 
 On that machine:
@@ -66,7 +66,7 @@ def size(path):
 
 
 def main():
-    python_version = os.environ.get("PYTHON_VERSION") or "3.12"
+    python_version = os.environ.get("PYTHON_VERSION") or "3.11"
     shutil.rmtree(DEVICE, ignore_errors=True)
     wheels = DEVICE / "wheels"
     run(
