@@ -20,7 +20,8 @@ BASE ?=
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
 		awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
-	@echo "  Variables: TREE=fork|upstream (test, test-full), CHUNK=i/N,"
+	@echo "  Variables: TREE=fork|upstream (test, test-full; also"
+	@echo "  next|next-upstream for test-full), CHUNK=i/N,"
 	@echo "  CONFIG=jax|jax-1|jax-4|jax-nnx|tensorflow|torch|numpy (test-full),"
 	@echo "  SIZE=MiB BLOCKS=N REPEATS=N SCENARIOS=a,b BASE=next (bench),"
 	@echo "  MP_SIZE=MiB TREE=fork|upstream (multiprocess)"

@@ -219,14 +219,21 @@ def touched_suites(tree, patches_dir=NEXT_PATCHES):
     return sorted(files - set(suite.UNREACHED_TESTS))
 
 
+def base_worktree():
+    """Makes `NEXT_BASE_TREE` afresh, a worktree of `NEXT_TREE` at the
+    nightly base; returns it."""
+    shutil.rmtree(NEXT_BASE_TREE, ignore_errors=True)
+    git(NEXT_TREE, "worktree", "prune")
+    git(NEXT_TREE, "worktree", "add", "--detach", NEXT_BASE_TREE, NEXT_TAG)
+    return NEXT_BASE_TREE
+
+
 def test():
     """Runs the suites the series touches on the nightly base and on the
     nightly fork; returns 1 if the base fails a test not listed in
     `NEXT_KNOWN_FAILURES` or the fork fails one that the base passes."""
     materialize()
-    shutil.rmtree(NEXT_BASE_TREE, ignore_errors=True)
-    git(NEXT_TREE, "worktree", "prune")
-    git(NEXT_TREE, "worktree", "add", "--detach", NEXT_BASE_TREE, NEXT_TAG)
+    base_worktree()
     files = touched_suites(NEXT_TREE)
     known = suite.read_known_failures(NEXT_KNOWN_FAILURES)
     failed = {}

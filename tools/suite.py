@@ -26,11 +26,14 @@ an upstream fixture is missing from the sdist are counted apart.
 `full --chunk i/N --config CONFIG` runs one deterministic chunk of the
 whole upstream unit suite in one configuration of `FULL_CONFIGS` and writes
 its failing test ids to `full-results/CONFIG/TREE/` (committed, so that a
-configuration can be run in chunks over several sessions); `compare` diffs the
-fork's failures against the base's in every configuration run on both.
+configuration can be run in chunks over several sessions), on 3.15.1
+(`upstream`), the fork, or the nightly pair of `tools.next` (`next-upstream`,
+`next`; JAX configurations only); `compare` diffs each fork's failures
+against its base's in every configuration run on both.
 
-Usage: python -m tools.suite test|full|compare [--tree fork|upstream]
-       [--chunk i/N] [--config CONFIG]
+Usage: python -m tools.suite test|full|compare
+       [--tree fork|upstream|next|next-upstream] [--chunk i/N]
+       [--config CONFIG]
 """
 
 import argparse
@@ -405,11 +408,27 @@ def test(tree_kind="fork"):
 
 
 def _materialize(tree_kind):
+    if tree_kind in NEXT_TREES:
+        # `tools.next` imports this module.
+        from tools import next as next_lib
+
+        next_lib.materialize()
+        if tree_kind == "next":
+            return next_lib.NEXT_TREE
+        return next_lib.base_worktree()
     if tree_kind == "fork":
         materialize(TREE)
         return TREE
     materialize(BASE_TREE, base_only=True)
     return BASE_TREE
+
+
+def _fork_tree(fork_kind):
+    if fork_kind == "next":
+        from tools import next as next_lib
+
+        return next_lib.NEXT_TREE
+    return TREE
 
 
 # The configurations of the whole-suite gate: upstream CI's (JAX on 1
@@ -425,6 +444,12 @@ FULL_CONFIGS = {
     "torch": (),
     "numpy": (),
 }
+# The trees of the gate, each fork beside its base: 3.15.1 and the series
+# of `patches/`, and the nightly base and the series of `patches-next/`
+# (`tools.next`), the latter in the JAX configurations only.
+FULL_PAIRS = (("upstream", "fork"), ("next-upstream", "next"))
+NEXT_TREES = ("next-upstream", "next")
+NEXT_CONFIGS = ("jax", "jax-1", "jax-4", "jax-nnx")
 
 
 def full(chunk, tree_kind, config="jax"):
@@ -435,6 +460,11 @@ def full(chunk, tree_kind, config="jax"):
     if config not in FULL_CONFIGS:
         raise ToolError(
             f"CONFIG must be one of {', '.join(FULL_CONFIGS)}, got {config}"
+        )
+    if tree_kind in NEXT_TREES and config not in NEXT_CONFIGS:
+        raise ToolError(
+            f"the nightly trees run in {', '.join(NEXT_CONFIGS)} only, "
+            f"got CONFIG={config}"
         )
     tree = _materialize(tree_kind)
     files = sorted(
@@ -519,31 +549,33 @@ def _complete(folder):
     )
 
 
-def _is_current(commits, contents):
-    """Whether fork results were all run on the series now in `TREE`: the
-    same content (commit messages may have changed since), or, for results
-    that predate the content line, the same commit."""
-    if not TREE.is_dir():
+def _is_current(commits, contents, tree=None):
+    """Whether fork results were all run on the series now in `tree`
+    (`TREE` unless given): the same content (commit messages may have
+    changed since), or, for results that predate the content line, the
+    same commit."""
+    tree = TREE if tree is None else tree
+    if not tree.is_dir():
         return None
-    head = git(TREE, "rev-parse", "HEAD").stdout.strip()
-    head_content = git(TREE, "rev-parse", "HEAD^{tree}").stdout.strip()
+    head = git(tree, "rev-parse", "HEAD").stdout.strip()
+    head_content = git(tree, "rev-parse", "HEAD^{tree}").stdout.strip()
     if contents:
         return contents == {head_content}
     return commits == {head}
 
 
 def compare():
-    """Diffs the fork's full-suite failures against the base's, in each
-    configuration run on both trees, and writes them, with their counts,
-    commits and dates, to `FULL_SUITE_RESULTS`."""
-    configs = [
-        c
-        for c in FULL_CONFIGS
-        if all(
-            _complete(FULL_RESULTS / c / kind) for kind in ("upstream", "fork")
-        )
+    """Diffs each fork's full-suite failures against its base's
+    (`FULL_PAIRS`), in each configuration run whole on both trees, and
+    writes them, with their counts, commits and dates, to
+    `FULL_SUITE_RESULTS`."""
+    runs = [
+        (base, fork, config)
+        for base, fork in FULL_PAIRS
+        for config in (NEXT_CONFIGS if fork == "next" else FULL_CONFIGS)
+        if all(_complete(FULL_RESULTS / config / k) for k in (base, fork))
     ]
-    if not configs:
+    if not runs:
         raise ToolError(
             f"no configuration has results for both trees in {FULL_RESULTS}; "
             "run `make test-full TREE=upstream|fork CONFIG=... CHUNK=i/N` "
@@ -554,31 +586,39 @@ def compare():
         "# The whole upstream unit suite, base (keras 3.15.1) vs fork",
         "# (3.15.1 + patches/), same venv, 8 virtual CPU devices unless the",
         "# configuration says otherwise (jax-1: 1 device; jax-4: 4 devices,",
-        "# `-m multi_device`, as upstream CI runs them).",
+        "# `-m multi_device`, as upstream CI runs them); lines `next-upstream`",
+        "# and `next`: the keras-nightly of NEXT (with 3.15.1's test files)",
+        "# vs it + patches-next/, in the JAX configurations.",
         "# Regenerate: for each CONFIG, make test-full TREE=upstream and",
-        "# TREE=fork CONFIG=... CHUNK=i/N for every i, then make compare-full.",
+        "# TREE=fork CONFIG=... CHUNK=i/N for every i (TREE=next-upstream",
+        "# and TREE=next for the nightly), then make compare-full.",
         f"# Written {time.strftime('%Y-%m-%d')} from shardwise {head}.",
     ]
+    header_end = len(lines)
     new_total = 0
     known = read_known_failures()
-    for config in configs:
+    for base, fork, config in runs:
         results = {
             kind: _read_results(FULL_RESULTS / config / kind)
-            for kind in ("upstream", "fork")
+            for kind in (base, fork)
         }
-        if results["upstream"][0] != results["fork"][0]:
-            print(f"note: {config}: the two trees ran different chunks")
-        new = sorted(results["fork"][1] - results["upstream"][1])
-        fixed = sorted(results["upstream"][1] - results["fork"][1])
+        nightly = " nightly" if fork == "next" else ""
+        if results[base][0] != results[fork][0]:
+            print(
+                f"note: {config}{nightly}: the two trees ran different chunks"
+            )
+        new = sorted(results[fork][1] - results[base][1])
+        fixed = sorted(results[base][1] - results[fork][1])
         new_total += len(new)
         for test_id in new:
-            print(f"[{config}] FAILS ONLY ON THE FORK {test_id}")
+            print(f"[{config}{nightly}] FAILS ONLY ON THE FORK {test_id}")
         for test_id in fixed:
-            print(f"[{config}] fails only on upstream {test_id}")
+            print(f"[{config}{nightly}] fails only on {base} {test_id}")
         listed = [t for t in new if is_known(config, t, known)]
         summary = (
-            f"{config}: {len(results['upstream'][1])} failures on upstream, "
-            f"{len(results['fork'][1])} on the fork, {len(new)} new"
+            f"{config}: {len(results[base][1])} failures on {base}, "
+            f"{len(results[fork][1])} on "
+            f"{'the fork' if fork == 'fork' else fork}, {len(new)} new"
             + (
                 f" ({len(listed)} of them flaky, in known-failures.txt)"
                 if listed
@@ -587,7 +627,7 @@ def compare():
         )
         print(summary)
         lines.append(f"# {summary}")
-        for kind in ("upstream", "fork"):
+        for kind in (base, fork):
             chunks, failed, counts, commits, dates, contents = results[kind]
             numbers = ", ".join(f"{counts[key]} {key}" for key in COUNTED)
             tree_commits = ",".join(sorted(c[:12] for c in commits))
@@ -595,8 +635,8 @@ def compare():
                 f"{config} {kind}: {len(chunks)} chunks, {numbers}; "
                 f"tree {tree_commits or '?'}, run {','.join(sorted(dates))}"
             )
-            if kind == "fork":
-                current = _is_current(commits, contents)
+            if kind == fork:
+                current = _is_current(commits, contents, _fork_tree(fork))
                 if current is not None:
                     line += (
                         "; the current series"
@@ -604,14 +644,24 @@ def compare():
                         else "; NOT the current series"
                     )
             lines.append(line)
-        for kind in ("upstream", "fork"):
+        for kind in (base, fork):
             lines += [
                 f"{config} {kind} FAILED {test_id}"
                 for test_id in sorted(results[kind][1])
             ]
-    missing = [c for c in FULL_CONFIGS if c not in configs]
+    done = {(fork, config) for _, fork, config in runs}
+    missing = [c for c in FULL_CONFIGS if ("fork", c) not in done]
+    missing_next = [c for c in NEXT_CONFIGS if ("next", c) not in done]
+    if missing_next:
+        lines.insert(
+            header_end,
+            "# Not run whole on both nightly trees: " + ", ".join(missing_next),
+        )
     if missing:
-        lines.insert(7, f"# Not run whole on both trees: {', '.join(missing)}")
+        lines.insert(
+            header_end,
+            f"# Not run whole on both trees: {', '.join(missing)}",
+        )
     FULL_SUITE_RESULTS.write_text("\n".join(lines) + "\n")
     print(f"wrote {FULL_SUITE_RESULTS.name}")
     return 1 if new_total else 0
@@ -620,7 +670,9 @@ def compare():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=("test", "full", "compare"))
-    parser.add_argument("--tree", choices=("fork", "upstream"), default="fork")
+    parser.add_argument(
+        "--tree", choices=("fork", "upstream", *NEXT_TREES), default="fork"
+    )
     parser.add_argument("--chunk", default="1/1")
     parser.add_argument("--config", default="jax")
     args = parser.parse_args()

@@ -296,6 +296,9 @@ def test_compare_full_reports_each_configuration_run_on_both(
         ("jax-4", "fork"): ["keras/b_test.py::T::test_new"],
         # Run on one tree only: left out, and named as not run.
         ("numpy", "fork"): [],
+        # The nightly pair, compared on its own.
+        ("jax", "next-upstream"): ["keras/a_test.py::T::test_old"],
+        ("jax", "next"): ["keras/c_test.py::T::test_next"],
     }
     for (config, kind), ids in failing.items():
         folder = tmp_path / "full" / config / kind
@@ -314,11 +317,18 @@ def test_compare_full_reports_each_configuration_run_on_both(
     assert "tree aaaaaaaaaaaa, run 2026-12-04" in text
     assert "# Not run whole on both trees: jax-1, jax-nnx, tensorflow" in text
     assert "numpy" in text.split("Not run whole on both trees:")[1]
+    assert "# jax: 1 failures on next-upstream, 1 on next, 1 new" in text
+    assert "jax next FAILED keras/c_test.py::T::test_next" in text
+    assert "jax next: 1 chunks, 1 passed" in text
+    nightly = text.split("Not run whole on both nightly trees:")[1]
+    assert nightly.startswith(" jax-1, jax-4, jax-nnx\n")
 
 
 def test_full_refuses_an_unknown_configuration():
     with pytest.raises(ToolError, match="CONFIG must be one of"):
         suite.full("1/1", "fork", config="jax-8")
+    with pytest.raises(ToolError, match="nightly trees run in jax"):
+        suite.full("1/1", "next", config="torch")
 
 
 def _stages():
