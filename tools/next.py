@@ -220,8 +220,14 @@ def touched_suites(tree, patches_dir=NEXT_PATCHES):
 
 
 def base_worktree():
-    """Makes `NEXT_BASE_TREE` afresh, a worktree of `NEXT_TREE` at the
-    nightly base; returns it."""
+    """Makes `NEXT_BASE_TREE` a clean worktree of `NEXT_TREE` at the
+    nightly base, keeping it if it is one; returns it."""
+    if (NEXT_BASE_TREE / ".git").exists():
+        head = git(NEXT_BASE_TREE, "rev-parse", "HEAD").stdout.strip()
+        tag = git(NEXT_TREE, "rev-parse", f"{NEXT_TAG}^{{commit}}").stdout
+        dirty = git(NEXT_BASE_TREE, "status", "--porcelain").stdout.strip()
+        if head == tag.strip() and not dirty:
+            return NEXT_BASE_TREE
     shutil.rmtree(NEXT_BASE_TREE, ignore_errors=True)
     git(NEXT_TREE, "worktree", "prune")
     git(NEXT_TREE, "worktree", "add", "--detach", NEXT_BASE_TREE, NEXT_TAG)

@@ -357,6 +357,11 @@ def _config_env(config, tree, cwd):
 
 
 def test(tree_kind="fork"):
+    if tree_kind in NEXT_TREES:
+        raise ToolError(
+            "the test command runs on TREE=fork or TREE=upstream; the "
+            "nightly trees have `make next-test`"
+        )
     tree = _materialize(tree_kind)
     known = read_known_failures()
     totals = dict.fromkeys(("passed", "failed", "skipped", "errors"), 0)
@@ -429,6 +434,19 @@ def _fork_tree(fork_kind):
 
         return next_lib.NEXT_TREE
     return TREE
+
+
+def _is_current_nightly_base(contents):
+    """Whether nightly base results were all run on the base now tagged
+    `next` in `build/keras-next` (`NEXT` moves with master)."""
+    from tools import next as next_lib
+
+    if not contents or not next_lib.NEXT_TREE.is_dir():
+        return None
+    tag = f"{next_lib.NEXT_TAG}^{{tree}}"
+    return contents == {
+        git(next_lib.NEXT_TREE, "rev-parse", tag).stdout.strip()
+    }
 
 
 # The configurations of the whole-suite gate: upstream CI's (JAX on 1
@@ -504,10 +522,15 @@ def full(chunk, tree_kind, config="jax"):
     header += "".join(f"# {key} {counts[key]}\n" for key in COUNTED)
     out.write_text(header + "".join(f"{t}\n" for t in sorted(failed)))
     print(f"wrote {len(failed)} failing test ids to {out}")
-    known = read_known_failures()
+    known_path = KNOWN_FAILURES
+    if tree_kind in NEXT_TREES:
+        from tools import next as next_lib
+
+        known_path = next_lib.NEXT_KNOWN_FAILURES
+    known = read_known_failures(known_path)
     unknown = sorted(t for t in failed if not is_known(config, t, known))
     for test_id in unknown:
-        print(f"NOT IN known-failures.txt {test_id}")
+        print(f"NOT IN {known_path.name} {test_id}")
     if code not in (0, 1, 5):
         raise ToolError(f"pytest exited with code {code}")
     return 0
@@ -579,7 +602,7 @@ def compare():
         raise ToolError(
             f"no configuration has results for both trees in {FULL_RESULTS}; "
             "run `make test-full TREE=upstream|fork CONFIG=... CHUNK=i/N` "
-            "first"
+            "(or TREE=next-upstream|next) first"
         )
     head = git(ROOT, "rev-parse", "--short", "HEAD").stdout.strip()
     lines = [
@@ -642,6 +665,14 @@ def compare():
                         "; the current series"
                         if current
                         else "; NOT the current series"
+                    )
+            elif kind == "next-upstream":
+                current = _is_current_nightly_base(contents)
+                if current is not None:
+                    line += (
+                        "; the current nightly"
+                        if current
+                        else "; NOT the current nightly"
                     )
             lines.append(line)
         for kind in (base, fork):
