@@ -334,7 +334,7 @@ def stages(tree, tree_kind):
                     "keras-hub 0.32.0 + patches-hub/",
                     config,
                     hub.HUB_TREE,
-                    sorted(set(hub_tests)),
+                    ["-n", "2", *sorted(set(hub_tests))],
                 )
             )
     return [
