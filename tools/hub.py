@@ -226,7 +226,7 @@ def check(
         if tests and (test_last or name != names[-1]):
             tested = run(
                 [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-                + tests,
+                + ["-n", "2", *tests],
                 cwd=scratch,
                 env=env,
                 check=False,
