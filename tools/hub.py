@@ -186,13 +186,13 @@ def check(
     patches_dir=HUB_PATCHES,
     scratch=HUB_SCRATCH,
     keras_tree=TREE,
-    test_last=True,
+    run_tests=True,
 ):
     """Each hub patch in turn on the base: applies, `import keras_hub`
     works, the test classes it adds or changes pass with the fork, ruff
     passes on its Python files. Returns True when all do. With
-    `test_last=False` (`make test`, whose suites run them on the same
-    tree) the last patch's tests are left out."""
+    `run_tests=False` (`make test`, whose suites run every test file on
+    the final tree) the tests are left out."""
     names = read_series(patches_dir)
     print(f"hub series: {len(names)} patches")
     build_base(scratch)
@@ -223,7 +223,7 @@ def check(
             if f.endswith("_test.py")
             for test in check_series.changed_tests(scratch, f)
         ]
-        if tests and (test_last or name != names[-1]):
+        if tests and run_tests:
             tested = run(
                 [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
                 + ["-n", "2", *tests],
