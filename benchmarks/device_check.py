@@ -250,7 +250,7 @@ def install_wheels(wheels, target):
         return None
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-index"]
-        + ["--no-deps", "--target", str(target)]
+        + ["--no-deps", "--upgrade", "--target", str(target)]
         + [str(w) for w in found],
         check=True,
     )
@@ -407,6 +407,8 @@ def tests_table(results):
             f"   {len(tests['failed_on_one_cpu_device'] or [])} of the "
             "failures also fail on one CPU device; failing only here:"
         )
+        if not tests["failed_only_here"]:
+            lines.append("   (none)")
     for test_id in tests.get("failed_only_here", tests.get("failed", [])):
         lines.append(f"   FAILED {test_id}")
     return lines
