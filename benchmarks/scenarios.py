@@ -60,7 +60,11 @@ def distribution(family):
         import keras_hub
 
         # keras-hub's own layout map, as its users write it.
-        layout_map = keras_hub.models.LlamaBackbone.get_layout_map(mesh)
+        if family.startswith("gemma"):
+            backbone_class = keras_hub.models.GemmaBackbone
+        else:
+            backbone_class = keras_hub.models.LlamaBackbone
+        layout_map = backbone_class.get_layout_map(mesh)
         if family in ("llama_bf16", "llama_hf_bf16"):
             # It leaves the output embedding replicated: whole on every
             # device, its bfloat16 values alone would be 1.3 times a
@@ -282,6 +286,17 @@ LLAMA_8B_NARROW = dict(
     intermediate_dim=3584,
 )
 LLAMA_3B = dict(configs.LLAMA_3B, dtype="bfloat16")
+# Gemma-7B's proportions (as many query as key-value heads, the embedding
+# tied) at narrow widths: 334 MiB in bfloat16.
+GEMMA_7B_NARROW = dict(
+    vocabulary_size=VOCAB,
+    num_layers=8,
+    num_query_heads=16,
+    num_key_value_heads=16,
+    hidden_dim=1024,
+    head_dim=64,
+    intermediate_dim=8192,
+)
 # family: (backbone arguments, preset kind)
 KERAS_HUB = {
     "llama_preset": (LLAMA_8B_NARROW, "keras"),
@@ -289,6 +304,7 @@ KERAS_HUB = {
     "llama_hf": (LLAMA_8B_NARROW, "hf"),
     "llama_hf_bf16": (dict(LLAMA_8B_NARROW, dtype="bfloat16"), "hf"),
     "llama_3b": (LLAMA_3B, "keras"),
+    "gemma_hf_bf16": (dict(GEMMA_7B_NARROW, dtype="bfloat16"), "hf"),
 }
 
 
@@ -298,7 +314,7 @@ def write_keras_hub_preset(family, path):
     arguments, kind = KERAS_HUB[family]
     if kind == "hf":
         config = hf_checkpoint.hf_config(
-            "llama",
+            "gemma" if family.startswith("gemma") else "llama",
             arguments["vocabulary_size"],
             arguments["num_layers"],
             arguments,
@@ -365,7 +381,7 @@ def _int8_from_preset(args, state):
 
 
 def _int8_from_hf(args, state):
-    """A bfloat16 Hugging Face Llama (or Keras preset) as an int8 model.
+    """A bfloat16 Hugging Face Llama or Gemma, or Keras preset, as int8.
     With the fork and `patches-hub/`, `from_preset(...,
     dtype="int8_from_bfloat16")` quantizes each layer as its float weights
     are assigned; on upstream, where that raises as on keras-hub 0.32.0,
@@ -833,6 +849,12 @@ SCENARIOS = {
         None,
         _int8_from_hf,
         "llama_hf_bf16",
+    ),
+    "hub_hf_gemma_int8": (
+        "gemma_hf_bf16",
+        None,
+        _int8_from_hf,
+        "gemma_hf_bf16",
     ),
     "hub_keras_preset_llama_int8": (
         "llama_bf16",
