@@ -204,3 +204,6 @@ def test_keras_hub_reads_only_local_slices_of_safetensors(workdir):
         needed = result["needed_bytes"]
         assert needed <= result["bytes_read"] <= needed + 16 * MIB
         assert result["bytes_read"] < 0.8 * result["checkpoint_bytes"]
+        # Built without values: each device holds only the shards it
+        # loads, never a whole tensor.
+        assert result["peak_device_bytes"] <= result["largest_device_bytes"]

@@ -26,7 +26,8 @@ Scenarios:
   orbax      train a step with `OrbaxCheckpoint`, then restore it into a
              deferred model
   hub_hf     keras-hub `from_preset` of a Hugging Face Llama directory,
-             with no scope in user code, from storage (not the page cache)
+             with no scope in user code, from storage (not the page cache),
+             watched by the sampler
   hang       never returns (tests the launcher's deadline)
 """
 
@@ -504,7 +505,10 @@ def scenario_hub_hf(args):
     rss_before, _ = memory.rss_bytes()
     storage_before = io_counter("read_bytes")
     start = time.perf_counter()
-    with distribution.scope():
+    # The sampler does not read the file: `bytes_read` still counts only
+    # what `from_preset` reads.
+    sampler = memory.Sampler()
+    with sampler, memory.hooks(sampler), distribution.scope():
         model = keras_hub.models.Backbone.from_preset(str(directory))
     seconds = time.perf_counter() - start
     _, rss_peak = memory.rss_bytes()
@@ -525,6 +529,7 @@ def scenario_hub_hf(args):
         "rss_increase": rss_peak - rss_before,
         "bytes_held": held,
         "largest_device_bytes": largest,
+        "peak_device_bytes": max(sampler.peak.values()),
         "share_bytes": needed,
         "checkpoint_bytes": weights.stat().st_size,
         "keras_hub": keras_hub.__file__,
