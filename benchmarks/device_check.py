@@ -287,7 +287,7 @@ def run_worker(kind, spec, tree, site, timeout):
             timeout=timeout,
         )
     except subprocess.TimeoutExpired:
-        return {"error": f"stopped after {timeout} s"}
+        return {"error": f"stopped after {timeout} s (timeout or budget)"}
     lines = done.stdout.strip().splitlines()
     if done.returncode or not lines:
         return {"error": (done.stderr or done.stdout).strip()[-2000:]}
@@ -342,6 +342,15 @@ def ratio(result, key, over):
     return f"{result[key] / over:.2f}x"
 
 
+def why(result):
+    """Why a measurement has no figures: the run's time ran out, or it
+    failed (the end of its error output)."""
+    error = result["error"]
+    if error.startswith(("stopped after", "skipped:")):
+        return error
+    return f"failed: {error[-200:]}"
+
+
 def table(results):
     lines = []
     if "load" in results:
@@ -365,7 +374,7 @@ def load_table(results):
     lines.append("   tree               peak/weights  seconds  time/floor")
     for name, result in load.items():
         if "error" in result:
-            lines.append(f"   {name:18} failed: {result['error'][-200:]}")
+            lines.append(f"   {name:18} {why(result)}")
             continue
         lines.append(
             f"   {name:18} "
@@ -385,7 +394,7 @@ def init_table(results):
     for key, result in results["init"].items():
         model, tree = key.split(" / ")
         if "error" in result:
-            lines.append(f"   {model:11} {tree:8} failed")
+            lines.append(f"   {model:11} {tree:8} {why(result)}")
             continue
         lines.append(
             f"   {model:11} {tree:8} {result['num_layers']:6d} "
