@@ -13,7 +13,7 @@ BASE ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv tree patches hub-patches check-series api wheel test \
-	test-full \
+	test-full gate gate-pending \
 	compare-full bench multiprocess demo plan lint clean next next-patches \
 	next-test device-wheels device-check
 
@@ -61,6 +61,12 @@ test-full: venv ## One chunk of the whole upstream suite (CHUNK=i/N TREE=... CON
 
 compare-full: venv ## Diff the fork's full-suite failures against upstream's
 	$(PY) -m tools.suite compare
+
+gate: venv ## Every test-full chunk missing or stale, one at a time, then compare-full
+	$(PY) -m tools.suite gate
+
+gate-pending: venv ## List the chunks that make gate would run
+	$(PY) -m tools.suite pending
 
 # The bench runs from a venv of its own, not the test venv: Matplotlib
 # for the chart, setuptools for the fork's wheel. SIZE is passed only when

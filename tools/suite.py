@@ -29,9 +29,11 @@ its failing test ids to `full-results/CONFIG/TREE/` (committed, so that a
 configuration can be run in chunks over several sessions), on 3.15.1
 (`upstream`), the fork, or the nightly pair of `tools.next` (`next-upstream`,
 `next`; JAX configurations only); `compare` diffs each fork's failures
-against its base's in every configuration run on both.
+against its base's in every configuration run on both. `gate` runs, one
+at a time, every chunk that `pending` lists (missing, or run on other
+content than the tree holds now), then `compare`.
 
-Usage: python -m tools.suite test|full|compare
+Usage: python -m tools.suite test|full|compare|gate|pending
        [--tree fork|upstream|next|next-upstream] [--chunk i/N]
        [--config CONFIG]
 """
@@ -486,6 +488,19 @@ FULL_CONFIGS = {
 FULL_PAIRS = (("upstream", "fork"), ("next-upstream", "next"))
 NEXT_TREES = ("next-upstream", "next")
 NEXT_CONFIGS = ("jax", "jax-1", "jax-4", "jax-nnx")
+# How many chunks `gate` splits each configuration into: on a 2-core
+# machine about 45 minutes or less a chunk (torch's chunk 2, with
+# `applications_test.py`, takes about 40), so that a session can stop
+# between them.
+GATE_CHUNKS = {
+    "jax": 1,
+    "jax-1": 4,
+    "jax-4": 1,
+    "jax-nnx": 4,
+    "tensorflow": 4,
+    "torch": 4,
+    "numpy": 1,
+}
 
 
 def full(chunk, tree_kind, config="jax"):
@@ -532,6 +547,11 @@ def full(chunk, tree_kind, config="jax"):
     counts["seconds"] = round(time.monotonic() - start)
     out = FULL_RESULTS / config / tree_kind / f"chunk-{index}-of-{total}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
+    # One split per tree and configuration: `compare` reads every chunk.
+    for other in out.parent.glob("chunk-*-of-*.txt"):
+        if not other.name.endswith(f"-of-{total}.txt"):
+            print(f"removing {other}: another split than {total} chunks")
+            other.unlink()
     commit = git(tree, "rev-parse", "HEAD").stdout.strip()
     # The tree's content: a later change to commit messages alone keeps it.
     content = git(tree, "rev-parse", "HEAD^{tree}").stdout.strip()
@@ -603,6 +623,80 @@ def _is_current(commits, contents, tree=None):
     if contents:
         return contents == {head_content}
     return commits == {head}
+
+
+def _chunk_content(path):
+    """The tree content (`HEAD^{tree}`) that a chunk's results name."""
+    for line in path.read_text().splitlines():
+        if line.startswith("# content "):
+            return line.split()[2]
+    return None
+
+
+def _current_content(tree_kind):
+    """The tree content that results of `tree_kind` must have run on, or
+    `None` for 3.15.1, whose pin does not move."""
+    if tree_kind == "upstream":
+        return None
+    from tools import next as next_lib
+
+    tree = {"fork": TREE, "next": next_lib.NEXT_TREE}.get(tree_kind)
+    rev = "HEAD^{tree}"
+    if tree_kind == "next-upstream":
+        tree, rev = next_lib.NEXT_TREE, f"{next_lib.NEXT_TAG}^{{tree}}"
+    if not tree.is_dir():
+        raise ToolError(f"{tree} is missing: run `make tree` and `make next`")
+    return git(tree, "rev-parse", rev).stdout.strip()
+
+
+def pending():
+    """The runs `(tree, config, chunk)` that the gate lacks, in the order
+    `gate` runs them: for each pair of `FULL_PAIRS` and each of its
+    configurations, base then fork, the chunks (of `GATE_CHUNKS`) with no
+    results or with results run on other content than the tree now
+    holds. A tree whose results are a complete split run on its current
+    content (any number of chunks) needs none."""
+    runs = []
+    for base, fork in FULL_PAIRS:
+        configs = NEXT_CONFIGS if fork == "next" else FULL_CONFIGS
+        for config in configs:
+            for kind in (base, fork):
+                folder = FULL_RESULTS / config / kind
+                want = _current_content(kind)
+                current = {
+                    p.name
+                    for p in folder.glob("chunk-*-of-*.txt")
+                    if want in (None, _chunk_content(p))
+                }
+                totals = {n.split("-of-")[1].split(".")[0] for n in current}
+                if any(
+                    current
+                    >= {f"chunk-{i}-of-{n}.txt" for i in range(1, int(n) + 1)}
+                    for n in totals
+                ):
+                    continue
+                total = GATE_CHUNKS[config]
+                runs += [
+                    (kind, config, f"{i}/{total}")
+                    for i in range(1, total + 1)
+                    if f"chunk-{i}-of-{total}.txt" not in current
+                ]
+    return runs
+
+
+def gate(dry_run=False):
+    """Runs every chunk of `pending()`, one at a time, then `compare`.
+    Each chunk's results are written as it ends, so a stopped gate picks
+    up where it was."""
+    runs = pending()
+    for kind, config, chunk in runs:
+        print(f"pending: TREE={kind} CONFIG={config} CHUNK={chunk}")
+    if dry_run:
+        return 0
+    for kind, config, chunk in runs:
+        print(f"gate: TREE={kind} CONFIG={config} CHUNK={chunk}", flush=True)
+        full(chunk, kind, config)
+    return compare()
 
 
 def compare():
@@ -718,7 +812,9 @@ def compare():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("test", "full", "compare"))
+    parser.add_argument(
+        "command", choices=("test", "full", "compare", "gate", "pending")
+    )
     parser.add_argument(
         "--tree", choices=("fork", "upstream", *NEXT_TREES), default="fork"
     )
@@ -729,6 +825,8 @@ def main():
         return test(args.tree)
     if args.command == "full":
         return full(args.chunk, args.tree, args.config)
+    if args.command in ("gate", "pending"):
+        return gate(dry_run=args.command == "pending")
     return compare()
 
 

@@ -453,3 +453,45 @@ def test_repo_hub_pin_parses():
     pin = upstream.read_pin(hub.HUB_PIN)
     assert pin["name"] == "keras-hub"
     assert len(pin["tests_commit"]) == 40
+
+
+def test_gate_runs_the_chunks_missing_or_run_on_other_content(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(suite, "FULL_RESULTS", tmp_path)
+    contents = {"upstream": None, "fork": "f1", "next-upstream": "n0"}
+    contents["next"] = "n1"
+    monkeypatch.setattr(suite, "_current_content", contents.get)
+
+    def write(config, kind, name, content):
+        folder = tmp_path / config / kind
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(f"# content {content}\n")
+
+    for config, chunks in suite.GATE_CHUNKS.items():
+        for i in range(1, chunks + 1):
+            name = f"chunk-{i}-of-{chunks}.txt"
+            write(config, "upstream", name, "u0")
+            write(config, "fork", name, "f1")
+            if config in suite.NEXT_CONFIGS:
+                write(config, "next-upstream", name, "n0")
+                write(config, "next", name, "n1")
+    assert suite.pending() == []
+    # A fork chunk run on an earlier series, a missing nightly chunk, and
+    # a complete split of another size, which holds.
+    write("jax-1", "fork", "chunk-3-of-4.txt", "f0")
+    (tmp_path / "jax-nnx" / "next" / "chunk-2-of-4.txt").unlink()
+    for path in (tmp_path / "torch" / "upstream").iterdir():
+        path.unlink()
+    write("torch", "upstream", "chunk-1-of-1.txt", "u0")
+    assert suite.pending() == [
+        ("fork", "jax-1", "3/4"),
+        ("next", "jax-nnx", "2/4"),
+    ]
+    ran = []
+    monkeypatch.setattr(suite, "full", lambda *args: ran.append(args))
+    monkeypatch.setattr(suite, "compare", lambda: 0)
+    assert suite.gate(dry_run=True) == 0
+    assert ran == []
+    assert suite.gate() == 0
+    assert ran == [("3/4", "fork", "jax-1"), ("2/4", "next", "jax-nnx")]
