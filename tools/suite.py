@@ -688,6 +688,9 @@ def gate(dry_run=False):
     """Runs every chunk of `pending()`, one at a time, then `compare`.
     Each chunk's results are written as it ends, so a stopped gate picks
     up where it was."""
+    # The fork's results are current for the series of `patches/`: build
+    # `build/keras` from it first if it differs.
+    materialize(TREE)
     runs = pending()
     for kind, config, chunk in runs:
         print(f"pending: TREE={kind} CONFIG={config} CHUNK={chunk}")
