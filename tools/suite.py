@@ -600,9 +600,11 @@ def _read_results(folder):
     return {c.name for c in chunks}, failed, counts, commits, dates, contents
 
 
-def _complete(folder):
-    """Whether `folder` holds every chunk i of N for some N."""
-    names = {p.name for p in Path(folder).glob("chunk-*-of-*.txt")}
+def _complete(folder, names=None):
+    """Whether `folder` (or the chunk file names `names`) holds every chunk
+    i of N for some N."""
+    if names is None:
+        names = {p.name for p in Path(folder).glob("chunk-*-of-*.txt")}
     totals = {name.split("-of-")[1].split(".")[0] for name in names}
     return any(
         names >= {f"chunk-{i}-of-{n}.txt" for i in range(1, int(n) + 1)}
@@ -668,12 +670,7 @@ def pending():
                     for p in folder.glob("chunk-*-of-*.txt")
                     if want in (None, _chunk_content(p))
                 }
-                totals = {n.split("-of-")[1].split(".")[0] for n in current}
-                if any(
-                    current
-                    >= {f"chunk-{i}-of-{n}.txt" for i in range(1, int(n) + 1)}
-                    for n in totals
-                ):
+                if _complete(folder, current):
                     continue
                 total = GATE_CHUNKS[config]
                 runs += [
