@@ -5,20 +5,26 @@ say which device holds what. Instead, the sampler sums, per device, the
 bytes of the buffers of every live `jax.Array`. A buffer that several array
 objects alias (a sharded array and the single-device arrays JAX builds for
 its `addressable_shards`) is counted once, keyed by device and buffer
-address. Samples are taken on a background thread and, through `hooks()`,
-just before and just after every host-to-device transfer, so that a
-full-size array that exists only for the duration of one call is seen.
+address. Samples are taken at every Python and C function return of the
+thread that enters the sampler (`sys.setprofile`), so that an array that
+lives only inside one call is seen; on a background thread, for arrays
+that other threads make; and, through `hooks()`, just before and just
+after every host-to-device transfer.
 """
 
 import collections
 import contextlib
 import functools
 import math
+import os
+import sys
 import threading
 import time
+import weakref
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax._src.interpreters import pxla
 
 
@@ -45,6 +51,15 @@ def device_bytes():
     return usage
 
 
+# Returns inside JAX and NumPy (tracing, dispatch) are most of a model's
+# function returns. The sampler at returns skips those that stay inside
+# them and samples where they return to other code, as each operation
+# completes; `hooks()` covers what happens within a transfer.
+_LIBRARIES = tuple(
+    os.path.dirname(module.__file__) + os.sep for module in (jax, np)
+)
+
+
 class Sampler:
     """Keeps the per-device peak of `device_bytes()`."""
 
@@ -55,14 +70,77 @@ class Sampler:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = None
+        self._profile = None
+        # What the last sample at a return saw: the ids of the live arrays,
+        # and per id a weak reference to the array (its callback marks a
+        # free) and its buffers as (device id, address, bytes).
+        self._ids = None
+        self._buffers = {}
 
     def sample(self):
-        usage = device_bytes()
+        self._record(device_bytes())
+
+    def _record(self, usage):
         with self._lock:
             self.num_samples += 1
             for device, num_bytes in usage.items():
                 if num_bytes > self.peak[device]:
                     self.peak[device] = num_bytes
+
+    def _freed(self, ref):
+        self._ids = None
+
+    def _on_return(self, frame, event, arg):
+        # Every array is made and freed by some function: sampling as each
+        # Python function returns sees every state of this thread's live
+        # arrays (a C function that makes one returns to a Python one). Most
+        # returns change nothing; those are found without walking buffers.
+        if event != "return":
+            return
+        caller = frame.f_back
+        if caller is None or caller.f_code.co_filename == __file__:
+            # The sampler's own calls (`array.nbytes` in `device_bytes()`).
+            return
+        if frame.f_code.co_filename.startswith(
+            _LIBRARIES
+        ) and caller.f_code.co_filename.startswith(_LIBRARIES):
+            return
+        arrays = jax.live_arrays()
+        ids = list(map(id, arrays))
+        if ids == self._ids:
+            return
+        self._ids = ids
+        buffers = {}
+        usage = collections.Counter()
+        seen = set()
+        for array in arrays:
+            entry = self._buffers.get(id(array))
+            if entry is None or entry[0]() is not array:
+                try:
+                    entry = (
+                        weakref.ref(array, self._freed),
+                        [
+                            (
+                                next(iter(b.devices())).id,
+                                b.unsafe_buffer_pointer(),
+                                b.nbytes,
+                            )
+                            for b in array._arrays
+                        ],
+                    )
+                except Exception:
+                    # Deleted (or donated) before we looked at it.
+                    continue
+            buffers[id(array)] = entry
+            if array.is_deleted():
+                continue
+            for device, address, num_bytes in entry[1]:
+                if (device, address) not in seen:
+                    seen.add((device, address))
+                    usage[device] += num_bytes
+        self._buffers = buffers
+        del arrays
+        self._record(usage)
 
     def _loop(self):
         while not self._stop.is_set():
@@ -73,9 +151,13 @@ class Sampler:
         self.sample()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
+        self._profile = sys.getprofile()
+        sys.setprofile(self._on_return)
         return self
 
     def __exit__(self, *exc):
+        sys.setprofile(self._profile)
+        self._buffers = {}
         self._stop.set()
         self._thread.join()
         self.sample()

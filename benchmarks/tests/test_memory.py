@@ -64,6 +64,20 @@ def test_hooks_catch_a_transient_full_array_on_device_zero():
     del out
 
 
+def test_sampler_sees_an_array_that_lives_inside_one_call():
+    def transient():
+        x = jax.numpy.ones((8, MIB), np.float32, device=jax.devices()[0])
+        return float((x + 1)[0, 0])
+
+    before = memory.device_bytes()
+    sampler = memory.Sampler(interval=10.0)
+    with sampler:
+        transient()
+    # No transfer happens and the thread never wakes up: only the samples
+    # at function returns see the 32 MiB of `x` and of `x + 1`.
+    assert sampler.peak[0] - before[0] >= 2 * 32 * MIB
+
+
 def test_jit_recorder_reports_temporaries():
     calls = []
     with memory.record_jits(calls):
