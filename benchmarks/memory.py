@@ -5,11 +5,12 @@ say which device holds what. Instead, the sampler sums, per device, the
 bytes of the buffers of every live `jax.Array`. A buffer that several array
 objects alias (a sharded array and the single-device arrays JAX builds for
 its `addressable_shards`) is counted once, keyed by device and buffer
-address. Samples are taken at every Python and C function return of the
-thread that enters the sampler (`sys.setprofile`), so that an array that
-lives only inside one call is seen; on a background thread, for arrays
-that other threads make; and, through `hooks()`, just before and just
-after every host-to-device transfer.
+address. Samples are taken as the Python functions of the thread that
+enters the sampler return (`sys.setprofile`; returns within JAX and
+NumPy are skipped), so that an array that lives only inside one call is
+seen; on a background thread, for arrays that other threads make; and,
+through `hooks()`, just before and just after every host-to-device
+transfer, for what happens within JAX's `device_put`.
 """
 
 import collections
