@@ -5,12 +5,12 @@ say which device holds what. Instead, the sampler sums, per device, the
 bytes of the buffers of every live `jax.Array`. A buffer that several array
 objects alias (a sharded array and the single-device arrays JAX builds for
 its `addressable_shards`) is counted once, keyed by device and buffer
-address. Samples are taken as the Python functions of the thread that
-enters the sampler return (`sys.setprofile`; returns within JAX and
-NumPy are skipped), so that an array that lives only inside one call is
-seen; on a background thread, for arrays that other threads make; and,
-through `hooks()`, just before and just after every host-to-device
-transfer, for what happens within JAX's `device_put`.
+address. On the thread that enters the sampler, samples are taken as each
+Python function returns (`sys.setprofile`) and before each line of code
+outside JAX and NumPy (`sys.settrace`), so that an array that lives only
+inside one call is seen; on a background thread, for arrays that other
+threads make; and, through `hooks()`, just before and just after every
+host-to-device transfer, for what happens within JAX's `device_put`.
 """
 
 import collections
@@ -20,7 +20,6 @@ import math
 import os
 import sys
 import threading
-import time
 import weakref
 
 import jax
@@ -72,6 +71,7 @@ class Sampler:
         self._lock = threading.Lock()
         self._thread = None
         self._profile = None
+        self._trace = None
         # What the last sample at a return saw: the ids of the live arrays,
         # and per id a weak reference to the array (its callback marks a
         # free) and its buffers as (device id, address, bytes).
@@ -92,20 +92,41 @@ class Sampler:
         self._ids = None
 
     def _on_return(self, frame, event, arg):
-        # Every array is made and freed by some function: sampling as each
-        # Python function returns sees every state of this thread's live
-        # arrays (a C function that makes one returns to a Python one). Most
-        # returns change nothing; those are found without walking buffers.
+        # A Python function's return: the arrays it made and has not freed
+        # are all live. Returns within JAX and NumPy, and the sampler's own
+        # (`nbytes` in `device_bytes()`, `_freed`), are skipped.
         if event != "return":
             return
         caller = frame.f_back
-        if caller is None or caller.f_code.co_filename == __file__:
-            # The sampler's own calls (`array.nbytes` in `device_bytes()`).
+        if (
+            caller is None
+            or frame.f_code.co_filename == __file__
+            or caller.f_code.co_filename == __file__
+        ):
             return
         if frame.f_code.co_filename.startswith(
             _LIBRARIES
         ) and caller.f_code.co_filename.startswith(_LIBRARIES):
             return
+        self._sample_if_changed()
+
+    def _on_call(self, frame, event, arg):
+        # A jitted function whose compilation is cached runs in C++ and
+        # makes no profile event: trace the lines of the code that calls it
+        # (outside JAX, NumPy and this module), sampling before each line.
+        filename = frame.f_code.co_filename
+        if filename == __file__ or filename.startswith(_LIBRARIES):
+            return None
+        return self._on_line
+
+    def _on_line(self, frame, event, arg):
+        if event == "line":
+            self._sample_if_changed()
+        return self._on_line
+
+    def _sample_if_changed(self):
+        # Most returns and lines change no array: those are found from the
+        # ids of the live arrays, without walking any buffer.
         arrays = jax.live_arrays()
         ids = list(map(id, arrays))
         if ids == self._ids:
@@ -131,7 +152,7 @@ class Sampler:
                     )
                 except Exception:
                     # Deleted (or donated) before we looked at it.
-                    continue
+                    entry = (weakref.ref(array, self._freed), [])
             buffers[id(array)] = entry
             if array.is_deleted():
                 continue
@@ -146,18 +167,22 @@ class Sampler:
     def _loop(self):
         while not self._stop.is_set():
             self.sample()
-            time.sleep(self.interval)
+            self._stop.wait(self.interval)
 
     def __enter__(self):
         self.sample()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
         self._profile = sys.getprofile()
+        self._trace = sys.gettrace()
         sys.setprofile(self._on_return)
+        sys.settrace(self._on_call)
         return self
 
     def __exit__(self, *exc):
+        sys.settrace(self._trace)
         sys.setprofile(self._profile)
+        self._ids = None
         self._buffers = {}
         self._stop.set()
         self._thread.join()

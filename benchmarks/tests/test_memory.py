@@ -78,6 +78,27 @@ def test_sampler_sees_an_array_that_lives_inside_one_call():
     assert sampler.peak[0] - before[0] >= 2 * 32 * MIB
 
 
+def test_sampler_sees_arrays_between_two_cached_jit_calls():
+    double = jax.jit(lambda x: x * 2)
+    x = jax.numpy.ones((8, MIB), np.float32, device=jax.devices()[0])
+    double(double(x)).block_until_ready()  # compiled before the sampler
+
+    def steps(x):
+        t = double(x)
+        u = double(t)
+        del t
+        return u
+
+    before = memory.device_bytes()
+    sampler = memory.Sampler(interval=10.0)
+    with sampler:
+        u = steps(x)
+    # A cached jitted call runs in C++ and makes no profile event: only the
+    # sample before `del t` sees `t` and `u` together.
+    assert sampler.peak[0] - before[0] >= 2 * 32 * MIB
+    del u, x
+
+
 def test_jit_recorder_reports_temporaries():
     calls = []
     with memory.record_jits(calls):
