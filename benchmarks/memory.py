@@ -28,33 +28,49 @@ import numpy as np
 from jax._src.interpreters import pxla
 
 
-def device_bytes():
-    """Returns {device id: bytes held by live arrays on that device}."""
+def buffers_of(array):
+    """Returns [(device id, buffer address, bytes)] of `array`'s buffers,
+    or [] if it was deleted (or donated) before we looked at it."""
+    try:
+        if array.is_deleted():
+            return []
+        # `_arrays` holds one single-device array per addressable shard (JAX
+        # caches them on the array); for a single-device array it holds the
+        # array itself.
+        return [
+            (
+                next(iter(b.devices())).id,
+                b.unsafe_buffer_pointer(),
+                b.nbytes,
+            )
+            for b in array._arrays
+        ]
+    except Exception:
+        return []
+
+
+def _usage(buffer_lists):
+    """{device id: bytes}, each (device, address) counted once."""
     usage = collections.Counter()
     seen = set()
-    for array in jax.live_arrays():
-        try:
-            if array.is_deleted():
-                continue
-            # `_arrays` holds one single-device array per addressable shard
-            # (JAX caches them on the array); for a single-device array it
-            # holds the array itself.
-            for buffer in array._arrays:
-                device = next(iter(buffer.devices()))
-                key = (device.id, buffer.unsafe_buffer_pointer())
-                if key not in seen:
-                    seen.add(key)
-                    usage[device.id] += buffer.nbytes
-        except Exception:
-            # The array was deleted while we looked at it.
-            continue
+    for buffers in buffer_lists:
+        for device, address, num_bytes in buffers:
+            if (device, address) not in seen:
+                seen.add((device, address))
+                usage[device] += num_bytes
     return usage
 
 
+def device_bytes():
+    """Returns {device id: bytes held by live arrays on that device}."""
+    return _usage(buffers_of(array) for array in jax.live_arrays())
+
+
 # Returns inside JAX and NumPy (tracing, dispatch) are most of a model's
-# function returns. The sampler at returns skips those that stay inside
-# them and samples where they return to other code, as each operation
-# completes; `hooks()` covers what happens within a transfer.
+# function returns. The sampler skips those that stay inside them, and
+# does not trace their lines; it samples where they return to other code,
+# as each operation completes. `hooks()` covers what happens within a
+# transfer.
 _LIBRARIES = tuple(
     os.path.dirname(module.__file__) + os.sep for module in (jax, np)
 )
@@ -132,36 +148,17 @@ class Sampler:
         if ids == self._ids:
             return
         self._ids = ids
-        buffers = {}
-        usage = collections.Counter()
-        seen = set()
+        entries = []
         for array in arrays:
             entry = self._buffers.get(id(array))
             if entry is None or entry[0]() is not array:
-                try:
-                    entry = (
-                        weakref.ref(array, self._freed),
-                        [
-                            (
-                                next(iter(b.devices())).id,
-                                b.unsafe_buffer_pointer(),
-                                b.nbytes,
-                            )
-                            for b in array._arrays
-                        ],
-                    )
-                except Exception:
-                    # Deleted (or donated) before we looked at it.
-                    entry = (weakref.ref(array, self._freed), [])
-            buffers[id(array)] = entry
-            if array.is_deleted():
-                continue
-            for device, address, num_bytes in entry[1]:
-                if (device, address) not in seen:
-                    seen.add((device, address))
-                    usage[device] += num_bytes
-        self._buffers = buffers
-        del arrays
+                entry = (weakref.ref(array, self._freed), buffers_of(array))
+            entries.append((array, entry))
+        self._buffers = {id(array): entry for array, entry in entries}
+        usage = _usage(
+            entry[1] for array, entry in entries if not array.is_deleted()
+        )
+        del arrays, entries
         self._record(usage)
 
     def _loop(self):
