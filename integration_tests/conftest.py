@@ -33,13 +33,13 @@ def trees():
     return {"fork": TREE, "upstream": upstream}
 
 
-def run_in_tree(tree, module, *args):
+def run_in_tree(tree, module, *args, backend="jax"):
     """Runs `python -m integration_tests.MODULE ARGS` with `tree`'s Keras on
-    8 CPU devices; returns its standard output."""
+    `backend` (JAX: 8 CPU devices); returns its standard output."""
     root = Path(__file__).resolve().parent.parent
     env = dict(
         os.environ,
-        KERAS_BACKEND="jax",
+        KERAS_BACKEND=backend,
         XLA_FLAGS="--xla_force_host_platform_device_count=8",
         PYTHONPATH=os.pathsep.join([str(tree), str(root)]),
     )

@@ -1,6 +1,7 @@
 """What a model outside any `keras.distribution` does, with the Keras on
-PYTHONPATH: bytes written and read by its saves and loads, its seeded
-initial values and the error of a mismatched load, printed as JSON.
+PYTHONPATH: bytes written and read by its saves and loads, the members
+of its `.keras` files, its seeded initial values and the errors of a
+mismatched load and assign, printed as JSON.
 
 Usage (`test_defaults.py` runs it, once with each tree):
   python -m integration_tests.defaults DIR
@@ -10,7 +11,9 @@ import hashlib
 import json
 import os
 import sys
+import zipfile
 from pathlib import Path
+from unittest import mock
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -45,6 +48,44 @@ def build(units=4096, seed=1):
             keras.layers.Dense(8, name="head", kernel_initializer="he_normal"),
         ]
     )
+
+
+def archive_members(model, path, memory_short):
+    """Name, mode bits, compression and size of each member of the `.keras`
+    file that `model.save()` writes, with memory short or not."""
+    from keras.src.saving import saving_lib
+
+    sufficient = mock.Mock(return_value=not memory_short)
+    with mock.patch.object(saving_lib, "is_memory_sufficient", sufficient):
+        model.save(path)
+    with zipfile.ZipFile(path) as archive:
+        return [
+            [info.filename, info.external_attr, info.compress_type]
+            + [info.file_size]
+            for info in archive.infolist()
+        ]
+
+
+class Shaped:
+    """A value that has a shape but is not an array."""
+
+    shape = (16, 8)
+
+    def __repr__(self):
+        return "Shaped()"
+
+
+def assign_errors():
+    """The errors of `Variable.assign()` given a value of another shape: an
+    array, and a value that cannot be converted to one."""
+    variable = keras.Variable(np.zeros((4, 8)), name="v")
+    errors = []
+    for value in (np.ones((16, 8)), Shaped()):
+        try:
+            variable.assign(value)
+        except Exception as e:
+            errors.append([type(e).__name__, str(e)])
+    return errors
 
 
 def main(folder):
@@ -83,6 +124,11 @@ def main(folder):
         build(units=16).load_weights(h5_file)
     except Exception as e:
         result["mismatch_error"] = [type(e).__name__, str(e)]
+    result["assign_errors"] = assign_errors()
+    result["archive_members"] = [
+        archive_members(model, folder / "members.keras", memory_short)
+        for memory_short in (False, True)
+    ]
     print(json.dumps(result))
 
 
