@@ -1,7 +1,8 @@
 """What a model outside any `keras.distribution` does, with the Keras on
 PYTHONPATH: bytes written and read by its saves and loads, the members
-of its `.keras` files, its seeded initial values and the errors of a
-mismatched load and assign, printed as JSON.
+of its `.keras` files, its seeded initial values, the size of a pickled
+variable and the errors of a mismatched load and assign, printed as
+JSON.
 
 Usage (`test_defaults.py` runs it, once with each tree):
   python -m integration_tests.defaults DIR
@@ -10,6 +11,7 @@ Usage (`test_defaults.py` runs it, once with each tree):
 import hashlib
 import json
 import os
+import pickle
 import sys
 import zipfile
 from pathlib import Path
@@ -125,6 +127,8 @@ def main(folder):
     except Exception as e:
         result["mismatch_error"] = [type(e).__name__, str(e)]
     result["assign_errors"] = assign_errors()
+    variable = keras.Variable(np.zeros((4, 8)), name="pickled")
+    result["pickled_variable_bytes"] = len(pickle.dumps(variable))
     result["archive_members"] = [
         archive_members(model, folder / "members.keras", memory_short)
         for memory_short in (False, True)

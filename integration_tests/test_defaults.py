@@ -49,5 +49,6 @@ def test_files_initial_values_and_errors_as_upstream(measured):
         "mismatch_error",
         "assign_errors",
         "archive_members",
+        "pickled_variable_bytes",
     ):
         assert fork[key] == upstream[key], key
