@@ -62,8 +62,12 @@ def archive_members(model, path, memory_short):
         model.save(path)
     with zipfile.ZipFile(path) as archive:
         return [
-            [info.filename, info.external_attr, info.compress_type]
-            + [info.file_size]
+            [
+                info.filename,
+                info.external_attr,
+                info.compress_type,
+                info.file_size,
+            ]
             for info in archive.infolist()
         ]
 
