@@ -2,6 +2,7 @@
 (or `SHARDWISE_TREE`, such as build/keras-next), with the JAX backend on
 8 virtual CPU devices (as `make test` does)."""
 
+import gc
 import os
 import subprocess
 import sys
@@ -20,6 +21,15 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 if str(TREE) not in sys.path:
     sys.path.insert(0, str(TREE))
+
+
+@pytest.fixture(autouse=True)
+def collect_garbage():
+    """Frees what earlier tests left in reference cycles (a Keras model and
+    its layers are one): its arrays would otherwise stay live until
+    Python's cycle collector runs, and the memory sampler walks every live
+    array at each line it traces."""
+    gc.collect()
 
 
 @pytest.fixture(scope="module")

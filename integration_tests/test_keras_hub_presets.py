@@ -14,6 +14,7 @@ final shards, values equal an unsharded load, and a task generates right
 after `from_preset` the tokens that the unsharded task generates.
 """
 
+import gc
 import io
 import warnings
 
@@ -87,6 +88,9 @@ def load_sharded(family, load):
     """Runs `load()` in `ModelParallel` and the deferred scope under the
     per-device sampler; returns the model and each device's peak over its
     final shards."""
+    # A model an earlier step dropped lives on in its reference cycles:
+    # free it, so that neither the baseline nor each sample holds it.
+    gc.collect()
     baseline = memory.device_bytes()
     sampler = memory.Sampler(interval=0.001)
     with (
