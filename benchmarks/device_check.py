@@ -90,8 +90,8 @@ def device_peak():
     the allocator's peak above its use at the start where the platform
     reports one (GPU, TPU), else the peak of its live arrays
     (`memory.Sampler`). The sampler runs only where it is needed: it
-    samples at every function return and line, which made the load on a
-    TPU 3-4x slower."""
+    samples at every function return and line, which made the loads on a
+    TPU four to five times slower."""
     import jax
 
     from benchmarks import memory
